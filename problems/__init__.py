@@ -1,0 +1,26 @@
+"""Problem providers: the committed profiles in ``problems/data`` and the synthetic networks.
+
+Registered through the ``umpipe_bench.problems`` entry point; importing this package does not
+import torch (model definitions live in :mod:`problems.models`, imported lazily).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from umpipe_bench.problem import Problem
+from umpipe_bench.synthetic import sim_registry
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+def profiled() -> dict[str, Callable[[], Problem]]:
+    """Every committed problem file ``problems/data/NAME.json``, by file stem."""
+    return {p.stem: partial(Problem.load, p) for p in sorted(DATA_DIR.glob("*.json"))}
+
+
+def synthetic() -> dict[str, Callable[[], Problem]]:
+    """The named simulation networks ``sim-s{S}-b{B}-s{seed}``."""
+    return sim_registry()

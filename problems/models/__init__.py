@@ -1,0 +1,52 @@
+"""Model definitions used by the profiler and the runtime (plain torch).
+
+Each model module defines ``MODELS: dict[str, ModelSpec]``. Modules are imported lazily so that
+listing problems never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ModelSpec", "get_model", "model_names"]
+
+# model name -> module that defines it
+_MODULES: dict[str, str] = {
+    "gpt1": "problems.models.gpt1",
+    "gpt1-mini": "problems.models.gpt1",
+    "vgg16": "problems.models.vgg16",
+    "vgg16-mini": "problems.models.vgg16",
+    "tiny-mlp": "problems.models.tiny",
+    "tiny-known": "problems.models.known",
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to build a model as a list of layers, make a batch, and score it.
+
+    ``build(config, dtype, seed)`` returns the layers in order; ``sample_batch(B, config, seed,
+    dtype)`` returns ``(inputs, targets)``; ``loss(output, targets)`` returns the SUM of the
+    per-sample losses (callers divide by the mini-batch size, MODEL.md §5).
+    """
+
+    name: str
+    build: Callable[..., list[Any]]
+    sample_batch: Callable[..., tuple[Any, Any]]
+    loss: Callable[[Any, Any], Any]
+    default_config: dict[str, Any] = field(default_factory=dict)
+
+
+def model_names() -> list[str]:
+    return sorted(_MODULES)
+
+
+def get_model(name: str) -> ModelSpec:
+    key = name.lower()
+    if key not in _MODULES:
+        raise KeyError(f"unknown model {name!r}; valid models: {', '.join(model_names())}")
+    module = importlib.import_module(_MODULES[key])
+    return module.MODELS[key]

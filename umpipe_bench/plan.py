@@ -1,0 +1,261 @@
+"""Plans: per-stage forward and backward compositions of the mini-batch (MODEL.md §2).
+
+A plan gives every stage ``s`` a forward partition ``P[s]`` and a backward partition ``Q[s]``
+of ``B`` (ordered positive sizes summing to ``B``) and a memory mode: ``stash`` (``Q == P``) or
+``recompute`` (``Q`` free). Plans round-trip exactly through the cut-bit encoding (bit ``i`` set
+means a microbatch boundary after sample ``i+1``) and through JSON plan files.
+
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .problem import atomic_write_text
+
+if TYPE_CHECKING:
+    from .problem import Problem
+
+__all__ = [
+    "MODES",
+    "PLAN_SCHEMA",
+    "Plan",
+    "PlanError",
+    "balanced_split",
+    "bits_to_sizes",
+    "parse_plan_spec",
+    "sizes_to_bits",
+]
+
+MODES = ("stash", "recompute")
+PLAN_SCHEMA = "umpipe-plan/1"
+
+
+class PlanError(ValueError):
+    """A plan does not fit its problem or is malformed; the message names stage and field."""
+
+
+def balanced_split(B: int, M: int) -> tuple[int, ...]:
+    """EDP sizes: ``B`` split into ``M`` parts differing by at most one, larger first
+    (the sizes ``torch.tensor_split`` produces)."""
+    if not 1 <= M <= B:
+        raise PlanError(f"EDP needs 1 <= M <= B, got M={M}, B={B}")
+    q, r = divmod(B, M)
+    return tuple([q + 1] * r + [q] * (M - r))
+
+
+def sizes_to_bits(sizes: Sequence[int], B: int) -> list[int]:
+    """Composition -> ``B-1`` cut bits (bit ``i`` = boundary after sample ``i+1``)."""
+    bits = [0] * (B - 1)
+    acc = 0
+    for p in sizes[:-1]:
+        acc += p
+        bits[acc - 1] = 1
+    return bits
+
+
+def bits_to_sizes(bits: Sequence[int]) -> tuple[int, ...]:
+    """``B-1`` cut bits -> composition of ``B``. Every bit string is a valid composition."""
+    sizes = []
+    last = 0
+    for i, b in enumerate(bits):
+        if b:
+            sizes.append(i + 1 - last)
+            last = i + 1
+    sizes.append(len(bits) + 1 - last)
+    return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per-stage forward and backward compositions and a memory mode (MODEL.md §2)."""
+
+    fwd: tuple[tuple[int, ...], ...]
+    bwd: tuple[tuple[int, ...], ...]
+    mode: str = "stash"
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fwd", tuple(tuple(int(x) for x in p) for p in self.fwd))
+        object.__setattr__(self, "bwd", tuple(tuple(int(x) for x in q) for q in self.bwd))
+        self._check_shape()
+
+    # ----------------------------------------------------------------- constructors
+    @classmethod
+    def edp(cls, S: int, B: int, M: int, mode: str = "stash") -> Plan:
+        """EDP(M): every stage, both directions, the balanced split of ``B`` into ``M``."""
+        sizes = balanced_split(B, M)
+        return cls(fwd=(sizes,) * S, bwd=(sizes,) * S, mode=mode)
+
+    @classmethod
+    def from_bits(
+        cls, fwd_bits: Sequence[Sequence[int]], bwd_bits: Sequence[Sequence[int]] | None,
+        mode: str = "stash",
+    ) -> Plan:
+        """Decode cut bits; in stash mode ``bwd_bits`` may be None (tied to forward)."""
+        fwd = tuple(bits_to_sizes(b) for b in fwd_bits)
+        bwd = fwd if (bwd_bits is None or mode == "stash") else tuple(
+            bits_to_sizes(b) for b in bwd_bits
+        )
+        return cls(fwd=fwd, bwd=bwd, mode=mode)
+
+    def to_bits(self) -> tuple[list[list[int]], list[list[int]]]:
+        """Encode as (forward bits, backward bits), ``S`` lists of ``B-1`` ints each."""
+        return (
+            [sizes_to_bits(p, self.B) for p in self.fwd],
+            [sizes_to_bits(q, self.B) for q in self.bwd],
+        )
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def S(self) -> int:
+        return len(self.fwd)
+
+    @property
+    def B(self) -> int:
+        return sum(self.fwd[0])
+
+    def is_edp(self) -> bool:
+        """True when every stage uses one balanced split in both directions."""
+        first = self.fwd[0]
+        return (
+            first == balanced_split(self.B, len(first))
+            and all(p == first for p in self.fwd)
+            and all(q == first for q in self.bwd)
+        )
+
+    def describe(self) -> str:
+        if self.is_edp():
+            return f"EDP({len(self.fwd[0])})"
+        return "UEDP"
+
+    # ----------------------------------------------------------------- validation
+    def _check_shape(self) -> None:
+        if self.mode not in MODES:
+            raise PlanError(f"plan field 'mode' must be one of {MODES}, got {self.mode!r}")
+        if not self.fwd:
+            raise PlanError("plan has no stages (field 'fwd' is empty)")
+        if len(self.bwd) != len(self.fwd):
+            raise PlanError(
+                f"plan has {len(self.fwd)} forward partitions but {len(self.bwd)} backward ones"
+            )
+        B = sum(self.fwd[0])
+        for direction, parts in (("fwd", self.fwd), ("bwd", self.bwd)):
+            for s, p in enumerate(parts):
+                if not p:
+                    raise PlanError(f"stage {s} {direction} partition is empty")
+                for j, x in enumerate(p):
+                    if x <= 0:
+                        raise PlanError(
+                            f"stage {s} {direction} microbatch {j} has size {x}; sizes must be "
+                            "positive"
+                        )
+                if sum(p) != B:
+                    raise PlanError(
+                        f"stage {s} {direction} partition {list(p)} sums to {sum(p)}; expected "
+                        f"B = {B} (the sum of stage 0's forward partition)"
+                    )
+        if self.mode == "stash":
+            for s, (p, q) in enumerate(zip(self.fwd, self.bwd)):
+                if p != q:
+                    raise PlanError(
+                        f"stage {s}: stash mode needs the backward partition to equal the "
+                        f"forward one (Q == P), got P={list(p)} Q={list(q)}; use mode "
+                        "'recompute' for free backward partitions"
+                    )
+
+    def validate(self, problem: Problem) -> Plan:
+        """Check that the plan fits ``problem`` (stage count and ``B``)."""
+        if self.S != problem.S:
+            raise PlanError(
+                f"plan has {self.S} stages but problem {problem.name!r} has S = {problem.S}"
+            )
+        if self.B != problem.B:
+            raise PlanError(
+                f"plan partitions sum to {self.B} but problem {problem.name!r} has B = "
+                f"{problem.B}"
+            )
+        return self
+
+    # ----------------------------------------------------------------- files
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": PLAN_SCHEMA,
+            "S": self.S,
+            "B": self.B,
+            "mode": self.mode,
+            "fwd": [list(p) for p in self.fwd],
+            "bwd": [list(q) for q in self.bwd],
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "plan") -> Plan:
+        if not isinstance(data, dict):
+            raise PlanError(f"{where}: expected a JSON object")
+        if data.get("schema") != PLAN_SCHEMA:
+            raise PlanError(
+                f"{where}: unknown schema {data.get('schema')!r}; expected {PLAN_SCHEMA!r}"
+            )
+        for key in ("mode", "fwd", "bwd"):
+            if key not in data:
+                raise PlanError(f"{where}: missing field {key!r}")
+        try:
+            plan = cls(fwd=data["fwd"], bwd=data["bwd"], mode=data["mode"],
+                       meta=dict(data.get("meta", {})))
+        except PlanError as exc:
+            raise PlanError(f"{where}: {exc}") from exc
+        except TypeError as exc:
+            raise PlanError(f"{where}: fields 'fwd'/'bwd' must be lists of lists of sizes") from exc
+        for key, val in (("S", plan.S), ("B", plan.B)):
+            if key in data and data[key] != val:
+                raise PlanError(f"{where}: field {key!r} = {data[key]} but the partitions give {val}")
+        return plan
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Plan:
+        path = Path(path)
+        where = f"plan file {str(path)!r}"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise PlanError(f"{where}: cannot read: {exc.strerror}") from exc
+        except json.JSONDecodeError as exc:
+            raise PlanError(f"{where}: not valid JSON: {exc}") from exc
+        return cls.from_dict(data, where)
+
+
+def parse_plan_spec(spec: str, problem: Problem, mode: str | None = None) -> tuple[Plan, str]:
+    """Parse ``gpipe:M``, ``1f1b:M`` or a plan file path into ``(plan, schedule name)``.
+
+    ``mode`` overrides the memory mode (for ``gpipe:M``/``1f1b:M`` it defaults to ``stash``;
+    a plan file keeps its own mode unless ``mode`` is given, and then they must agree).
+    """
+    head, sep, tail = spec.partition(":")
+    if sep and head.lower() in ("gpipe", "1f1b"):
+        try:
+            M = int(tail)
+        except ValueError:
+            raise PlanError(f"plan spec {spec!r}: M must be an integer, as in 'gpipe:4'") from None
+        if not 1 <= M <= problem.B:
+            raise PlanError(f"plan spec {spec!r}: M must be in 1..B={problem.B}")
+        return Plan.edp(problem.S, problem.B, M, mode or "stash"), head.lower()
+    path = Path(spec)
+    if not path.exists():
+        raise PlanError(
+            f"plan spec {spec!r} is neither 'gpipe:M', '1f1b:M' nor an existing plan file"
+        )
+    plan = Plan.load(path)
+    if mode is not None and mode != plan.mode:
+        plan = Plan(fwd=plan.fwd, bwd=plan.bwd, mode=mode, meta=plan.meta)
+    schedule = str(plan.meta.get("schedule", "gpipe"))
+    return plan.validate(problem), schedule

@@ -1,0 +1,7 @@
+"""Planners: the interface, DGAP and TiDGAP. Baselines live in ``baselines/``."""
+
+from __future__ import annotations
+
+from .base import Budget, PlanResult, Planner, PlannerError
+
+__all__ = ["Budget", "PlanResult", "Planner", "PlannerError"]

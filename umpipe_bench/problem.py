@@ -1,0 +1,429 @@
+"""Problems: one training iteration of one model on one machine layout (MODEL.md §1).
+
+A :class:`Problem` holds per-stage cost tables measured at a grid of microbatch sizes and read at
+any size ``m`` in ``1..B`` by piecewise-linear interpolation, the links between neighbouring
+stages, optional memory figures and the provenance of every number. Problem files are JSON with
+``"schema": "umpipe-problem/1"``; :func:`Problem.load` validates everything and names the file,
+field and stage of the first thing that is wrong.
+
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "SCHEMA",
+    "Link",
+    "Problem",
+    "ProblemError",
+    "ProblemTables",
+    "StageCosts",
+    "StageMemory",
+    "atomic_write_text",
+]
+
+SCHEMA = "umpipe-problem/1"
+_COST_KINDS = ("fwd", "bwd", "rbwd")
+
+
+class ProblemError(ValueError):
+    """A problem (file) is malformed; the message names the file, field and stage."""
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so that a reader never
+    sees a half-written file, even if this process is killed mid-write."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Memory figures of one stage, in bytes (MODEL.md §1)."""
+
+    param_bytes: float
+    saved_act_bytes_per_sample: float
+    input_bytes_per_sample: float
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Measured costs of one stage: one value per size of the problem's grid (seconds)."""
+
+    fwd: tuple[float, ...]
+    bwd: tuple[float, ...]
+    rbwd: tuple[float, ...]
+    opt: float = 0.0
+    memory: StageMemory | None = None
+    name: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Link:
+    """Boundary ``s -> s+1``: bytes per sample each way and the link's latency and bandwidth.
+
+    ``comm(m) = latency + m * bytes / bandwidth`` (MODEL.md §1).
+    """
+
+    act_bytes: float
+    grad_bytes: float
+    latency: float
+    bandwidth: float
+
+    def act_time(self, m: float) -> float:
+        return self.latency + m * self.act_bytes / self.bandwidth
+
+    def grad_time(self, m: float) -> float:
+        return self.latency + m * self.grad_bytes / self.bandwidth
+
+
+@dataclass(frozen=True)
+class ProblemTables:
+    """Dense float64 tables indexed by size ``m = 0..B`` (index 0 holds 0.0).
+
+    ``fwd``, ``bwd``, ``rbwd``: ``[S, B+1]``; ``opt``: ``[S]``; ``act``, ``grad``: ``[S-1, B+1]``
+    (boundary ``s -> s+1``). Fast evaluators read these instead of interpolating.
+    """
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    rbwd: np.ndarray
+    opt: np.ndarray
+    act: np.ndarray
+    grad: np.ndarray
+
+    def backward(self, mode: str) -> np.ndarray:
+        """The backward cost table of a memory mode: ``bwd`` (stash) or ``rbwd`` (recompute)."""
+        return self.bwd if mode == "stash" else self.rbwd
+
+
+def _interp_table(sizes: Sequence[int], values: Sequence[float], B: int) -> np.ndarray:
+    out = np.zeros(B + 1, dtype=np.float64)
+    out[1:] = np.interp(np.arange(1, B + 1, dtype=np.float64), sizes, values)
+    return out
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One training iteration of one model on one layout (MODEL.md §1).
+
+    Construct through :meth:`from_dict` / :meth:`load` (validated) or directly followed by
+    :meth:`validate`.
+    """
+
+    name: str
+    B: int
+    sizes: tuple[int, ...]
+    stages: tuple[StageCosts, ...]
+    links: tuple[Link, ...]
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    device_capacity: float | None = None
+    description: str = ""
+
+    # ----------------------------------------------------------------- accessors
+    @property
+    def S(self) -> int:
+        return len(self.stages)
+
+    @property
+    def device(self) -> str:
+        return str(self.provenance.get("device", "?"))
+
+    @property
+    def source(self) -> str:
+        return str(self.provenance.get("source", "?"))
+
+    @cached_property
+    def _tables(self) -> ProblemTables:
+        B = self.B
+        fwd = np.stack([_interp_table(self.sizes, st.fwd, B) for st in self.stages])
+        bwd = np.stack([_interp_table(self.sizes, st.bwd, B) for st in self.stages])
+        rbwd = np.stack([_interp_table(self.sizes, st.rbwd, B) for st in self.stages])
+        opt = np.array([st.opt for st in self.stages], dtype=np.float64)
+        m = np.arange(B + 1, dtype=np.float64)
+        act = np.zeros((max(self.S - 1, 0), B + 1))
+        grad = np.zeros((max(self.S - 1, 0), B + 1))
+        for s, ln in enumerate(self.links):
+            act[s, 1:] = ln.latency + m[1:] * ln.act_bytes / ln.bandwidth
+            grad[s, 1:] = ln.latency + m[1:] * ln.grad_bytes / ln.bandwidth
+        for arr in (fwd, bwd, rbwd, opt, act, grad):
+            arr.setflags(write=False)
+        return ProblemTables(fwd=fwd, bwd=bwd, rbwd=rbwd, opt=opt, act=act, grad=grad)
+
+    def tables(self) -> ProblemTables:
+        """Dense read-only tables over ``m = 0..B`` (computed once per problem)."""
+        return self._tables
+
+    def _check_m(self, m: int) -> int:
+        if not 1 <= m <= self.B:
+            raise ValueError(f"problem {self.name!r}: size m={m} outside 1..B={self.B}")
+        return int(m)
+
+    def fwd(self, s: int, m: int) -> float:
+        return float(self._tables.fwd[s, self._check_m(m)])
+
+    def bwd(self, s: int, m: int) -> float:
+        return float(self._tables.bwd[s, self._check_m(m)])
+
+    def rbwd(self, s: int, m: int) -> float:
+        return float(self._tables.rbwd[s, self._check_m(m)])
+
+    def backward_cost(self, s: int, m: int, mode: str) -> float:
+        """``c[s](m)`` of MODEL.md §4: ``bwd`` in stash mode, ``rbwd`` in recompute mode."""
+        return self.bwd(s, m) if mode == "stash" else self.rbwd(s, m)
+
+    def opt(self, s: int) -> float:
+        return float(self.stages[s].opt)
+
+    def comm_act(self, s: int, m: int) -> float:
+        """Forward transfer time of ``m`` samples over boundary ``s -> s+1``."""
+        return float(self._tables.act[s, self._check_m(m)])
+
+    def comm_grad(self, s: int, m: int) -> float:
+        """Backward transfer time of ``m`` samples over boundary ``s -> s+1`` (sent by s+1)."""
+        return float(self._tables.grad[s, self._check_m(m)])
+
+    def with_name(self, name: str) -> Problem:
+        from dataclasses import replace
+
+        return replace(self, name=name)
+
+    # ----------------------------------------------------------------- validation
+    def validate(self, where: str | None = None) -> Problem:
+        """Check every field; raise :class:`ProblemError` naming file, field and stage."""
+        at = where or f"problem {self.name!r}"
+
+        def fail(msg: str) -> None:
+            raise ProblemError(f"{at}: {msg}")
+
+        if not isinstance(self.B, int) or isinstance(self.B, bool) or self.B < 1:
+            fail(f"field 'B' must be a positive integer, got {self.B!r}")
+        sizes = list(self.sizes)
+        if not sizes:
+            fail("field 'sizes' is empty; expected sizes covering 1..B")
+        for v in sizes:
+            if not isinstance(v, int) or isinstance(v, bool):
+                fail(f"field 'sizes' must hold integers, got {v!r}")
+        if any(b <= a for a, b in zip(sizes, sizes[1:])):
+            fail(f"field 'sizes' must be strictly increasing, got {sizes}")
+        if sizes[0] != 1 or sizes[-1] != self.B:
+            fail(f"field 'sizes' must cover 1..B={self.B} (first 1, last B), got {sizes}")
+        if not self.stages:
+            fail("field 'stages' is empty; expected at least one stage")
+        for s, st in enumerate(self.stages):
+            for kind in _COST_KINDS:
+                vals = getattr(st, kind)
+                if len(vals) != len(sizes):
+                    fail(
+                        f"stage {s} field '{kind}' has {len(vals)} values; expected one per size "
+                        f"({len(sizes)}: {sizes})"
+                    )
+                for i, v in enumerate(vals):
+                    if not _is_pos(v):
+                        fail(
+                            f"stage {s} field '{kind}' at size {sizes[i]} must be a positive "
+                            f"finite time in seconds, got {v!r}"
+                        )
+            if not _is_finite(st.opt) or st.opt < 0:
+                fail(f"stage {s} field 'opt' must be a non-negative finite time, got {st.opt!r}")
+            if st.memory is not None:
+                for f_ in ("param_bytes", "saved_act_bytes_per_sample", "input_bytes_per_sample"):
+                    v = getattr(st.memory, f_)
+                    if not _is_finite(v) or v < 0:
+                        fail(f"stage {s} field 'memory.{f_}' must be >= 0, got {v!r}")
+        if len(self.links) != len(self.stages) - 1:
+            fail(
+                f"field 'links' has {len(self.links)} entries; expected S-1 = "
+                f"{len(self.stages) - 1} (one per boundary)"
+            )
+        for s, ln in enumerate(self.links):
+            for f_ in ("act_bytes", "grad_bytes", "latency"):
+                v = getattr(ln, f_)
+                if not _is_finite(v) or v < 0:
+                    fail(f"link {s} (stage {s} -> {s + 1}) field '{f_}' must be >= 0, got {v!r}")
+            if not _is_pos(ln.bandwidth):
+                fail(
+                    f"link {s} (stage {s} -> {s + 1}) field 'bandwidth' must be a positive "
+                    f"number of bytes/s, got {ln.bandwidth!r}"
+                )
+        if self.device_capacity is not None and not _is_pos(self.device_capacity):
+            fail(f"field 'device_capacity' must be positive bytes, got {self.device_capacity!r}")
+        return self
+
+    # ----------------------------------------------------------------- (de)serialization
+    def to_dict(self) -> dict[str, Any]:
+        stages = []
+        for st in self.stages:
+            d: dict[str, Any] = {
+                "fwd": list(st.fwd),
+                "bwd": list(st.bwd),
+                "rbwd": list(st.rbwd),
+                "opt": st.opt,
+            }
+            if st.name:
+                d["name"] = st.name
+            if st.memory is not None:
+                d["memory"] = {
+                    "param_bytes": st.memory.param_bytes,
+                    "saved_act_bytes_per_sample": st.memory.saved_act_bytes_per_sample,
+                    "input_bytes_per_sample": st.memory.input_bytes_per_sample,
+                }
+            if st.extra:
+                d["extra"] = dict(st.extra)
+            stages.append(d)
+        out: dict[str, Any] = {
+            "schema": SCHEMA,
+            "name": self.name,
+            "description": self.description,
+            "B": self.B,
+            "sizes": list(self.sizes),
+            "stages": stages,
+            "links": [
+                {
+                    "act_bytes": ln.act_bytes,
+                    "grad_bytes": ln.grad_bytes,
+                    "latency": ln.latency,
+                    "bandwidth": ln.bandwidth,
+                }
+                for ln in self.links
+            ],
+            "provenance": dict(self.provenance),
+        }
+        if self.device_capacity is not None:
+            out["device_capacity"] = self.device_capacity
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "problem") -> Problem:
+        """Build and validate a problem from its JSON form; errors name ``where`` and the field."""
+
+        def fail(msg: str) -> None:
+            raise ProblemError(f"{where}: {msg}")
+
+        if not isinstance(data, Mapping):
+            fail(f"expected a JSON object, got {type(data).__name__}")
+        schema = data.get("schema")
+        if schema != SCHEMA:
+            fail(f"unknown schema version {schema!r}; expected {SCHEMA!r}")
+        for key in ("name", "B", "sizes", "stages", "links"):
+            if key not in data:
+                fail(f"missing field {key!r}")
+        if not isinstance(data["stages"], list):
+            fail("field 'stages' must be a list")
+        if not isinstance(data["links"], list):
+            fail("field 'links' must be a list")
+        if not isinstance(data["sizes"], list):
+            fail("field 'sizes' must be a list of integers")
+        stages = []
+        for s, st in enumerate(data["stages"]):
+            if not isinstance(st, Mapping):
+                fail(f"stage {s} must be an object")
+            for key in (*_COST_KINDS, "opt"):
+                if key not in st:
+                    fail(f"stage {s} is missing field {key!r}")
+            for key in _COST_KINDS:
+                if not isinstance(st[key], list):
+                    fail(f"stage {s} field {key!r} must be a list of times, one per size")
+            mem = st.get("memory")
+            memory = None
+            if mem is not None:
+                try:
+                    memory = StageMemory(
+                        param_bytes=mem["param_bytes"],
+                        saved_act_bytes_per_sample=mem["saved_act_bytes_per_sample"],
+                        input_bytes_per_sample=mem["input_bytes_per_sample"],
+                    )
+                except (KeyError, TypeError) as exc:
+                    fail(f"stage {s} field 'memory' is missing {exc}")
+            stages.append(
+                StageCosts(
+                    fwd=tuple(st["fwd"]),
+                    bwd=tuple(st["bwd"]),
+                    rbwd=tuple(st["rbwd"]),
+                    opt=st["opt"],
+                    memory=memory,
+                    name=str(st.get("name", "")),
+                    extra=dict(st.get("extra", {})),
+                )
+            )
+        links = []
+        for s, ln in enumerate(data["links"]):
+            if not isinstance(ln, Mapping):
+                fail(f"link {s} must be an object")
+            for key in ("act_bytes", "grad_bytes", "latency", "bandwidth"):
+                if key not in ln:
+                    fail(f"link {s} (stage {s} -> {s + 1}) is missing field {key!r}")
+            links.append(
+                Link(
+                    act_bytes=ln["act_bytes"],
+                    grad_bytes=ln["grad_bytes"],
+                    latency=ln["latency"],
+                    bandwidth=ln["bandwidth"],
+                )
+            )
+        prob = cls(
+            name=str(data["name"]),
+            B=data["B"],
+            sizes=tuple(data["sizes"]),
+            stages=tuple(stages),
+            links=tuple(links),
+            provenance=dict(data.get("provenance", {})),
+            device_capacity=data.get("device_capacity"),
+            description=str(data.get("description", "")),
+        )
+        return prob.validate(where)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1) + "\n"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the problem file atomically (never half-written)."""
+        self.validate()
+        atomic_write_text(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Problem:
+        """Read and validate a problem file; errors name the file, field and stage."""
+        path = Path(path)
+        where = f"problem file {str(path)!r}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ProblemError(f"{where}: cannot read: {exc.strerror}") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ProblemError(f"{where}: not valid JSON: {exc}") from exc
+        return cls.from_dict(data, where)
+
+
+def _is_finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_pos(v: Any) -> bool:
+    return _is_finite(v) and v > 0
