@@ -215,7 +215,9 @@ class Plan:
             raise PlanError(f"{where}: fields 'fwd'/'bwd' must be lists of lists of sizes") from exc
         for key, val in (("S", plan.S), ("B", plan.B)):
             if key in data and data[key] != val:
-                raise PlanError(f"{where}: field {key!r} = {data[key]} but the partitions give {val}")
+                raise PlanError(
+                    f"{where}: field {key!r} = {data[key]} but the partitions give {val}"
+                )
         return plan
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -228,7 +229,7 @@ class Problem:
         for v in sizes:
             if not isinstance(v, int) or isinstance(v, bool):
                 fail(f"field 'sizes' must hold integers, got {v!r}")
-        if any(b <= a for a, b in zip(sizes, sizes[1:])):
+        if any(b <= a for a, b in pairwise(sizes)):
             fail(f"field 'sizes' must be strictly increasing, got {sizes}")
         if sizes[0] != 1 or sizes[-1] != self.B:
             fail(f"field 'sizes' must cover 1..B={self.B} (first 1, last B), got {sizes}")

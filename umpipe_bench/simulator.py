@@ -177,13 +177,17 @@ def simulate(
                         c1 = c0 + act_t[s, m]
                         link_act_free[s] = c1
                         x_end[s][op.index] = c1
-                        transfers.append(Transfer("act", s, s + 1, op.index, op.start, op.stop, c0, c1))
+                        transfers.append(
+                            Transfer("act", s, s + 1, op.index, op.start, op.stop, c0, c1)
+                        )
                 elif s > 0:
                     c0 = max(link_grad_free[s], t1)
                     c1 = c0 + grad_t[s - 1, m]
                     link_grad_free[s] = c1
                     y_end[s][op.index] = c1
-                    transfers.append(Transfer("grad", s, s - 1, op.index, op.start, op.stop, c0, c1))
+                    transfers.append(
+                        Transfer("grad", s, s - 1, op.index, op.start, op.stop, c0, c1)
+                    )
                 pos[s] += 1
                 remaining -= 1
                 progressed = True

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from umpipe_bench.problem import Link, Problem, StageCosts
+
+
+def make_problem(
+    fwd: Sequence[Sequence[float]],
+    bwd: Sequence[Sequence[float]],
+    rbwd: Sequence[Sequence[float]] | None = None,
+    opt: Sequence[float] | None = None,
+    links: Sequence[Link] | None = None,
+    name: str = "hand",
+) -> Problem:
+    """A problem with tables given at every size 1..B (no interpolation involved)."""
+    S, B = len(fwd), len(fwd[0])
+    rbwd = rbwd if rbwd is not None else [
+        [f + b for f, b in zip(fs, bs)] for fs, bs in zip(fwd, bwd)
+    ]
+    opt = opt if opt is not None else [0.0] * S
+    links = links if links is not None else [Link(0.0, 0.0, 0.0, 1.0)] * (S - 1)
+    return Problem(
+        name=name,
+        B=B,
+        sizes=tuple(range(1, B + 1)),
+        stages=tuple(
+            StageCosts(fwd=tuple(fwd[s]), bwd=tuple(bwd[s]), rbwd=tuple(rbwd[s]), opt=opt[s])
+            for s in range(S)
+        ),
+        links=tuple(links),
+        provenance={"source": "test", "device": "none"},
+    ).validate()
+
+
+@pytest.fixture
+def problem_factory():
+    return make_problem

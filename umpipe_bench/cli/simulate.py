@@ -1,0 +1,67 @@
+"""``umpipe-bench simulate``: one plan on one problem through the reference simulator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="simulate one iteration of a plan (MODEL.md §4) and print T",
+        description="Simulate one training iteration of a plan on a problem with the reference "
+        "list-schedule simulator. SPEC is 'gpipe:M' (EDP(M) under GPipe), '1f1b:M' (EDP(M) "
+        "under 1F1B) or a plan JSON file (written by 'umpipe-bench plan --out').",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--problem", required=True, help="problem name (see 'problems') or file")
+    p.add_argument("--plan", required=True, metavar="SPEC", help="gpipe:M, 1f1b:M or plan file")
+    p.add_argument("--mode", choices=("stash", "recompute"), default=None,
+                   help="memory mode (default: stash for gpipe:M/1f1b:M, the file's for a file)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--events", action="store_true", help="with --json: include every op")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome trace (Perfetto) JSON")
+    p.add_argument("--gantt", metavar="FILE", help="write a Gantt chart PNG")
+    p.add_argument("--show-ops", action="store_true", help="print the per-stage op lists")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..plan import parse_plan_spec
+    from ..registry import get_problem
+    from ..schedules import build_schedule, format_schedule
+    from ..simulator import simulate
+
+    problem = get_problem(args.problem)
+    plan, schedule = parse_plan_spec(args.plan, problem, args.mode)
+    ops = build_schedule(schedule, plan)
+    tl = simulate(problem, plan, schedule, ops=ops)
+    if args.trace:
+        from ..trace import save_chrome_trace
+
+        save_chrome_trace(tl, args.trace)
+    if args.gantt:
+        from ..trace import save_gantt
+
+        save_gantt(tl, args.gantt, [f"{problem.name} · {args.plan} · {schedule} · {plan.mode}"])
+    if args.json:
+        out = tl.to_dict(with_events=args.events)
+        out["plan"] = plan.to_dict()
+        out["spec"] = args.plan
+        print(json.dumps(out))
+        return 0
+    print(f"problem {problem.name} (S={problem.S}, B={problem.B}), plan {args.plan} "
+          f"[{plan.describe()}], schedule {schedule}, mode {plan.mode}")
+    print(f"iteration time T = {tl.iteration_time * 1e3:.4f} ms")
+    print(f"{'stage':>5}  {'busy':>6}  {'bubble':>6}  {'end (ms)':>10}  peak memory")
+    for s in range(problem.S):
+        mem = "-" if tl.peak_memory is None else f"{tl.peak_memory[s] / 2**20:.1f} MiB"
+        print(f"{s:>5}  {tl.busy[s] / tl.iteration_time:>6.1%}  {tl.bubble[s]:>6.1%}  "
+              f"{tl.stage_end[s] * 1e3:>10.3f}  {mem}")
+    if args.show_ops:
+        print(format_schedule(ops))
+    for what, path in (("trace", args.trace), ("gantt", args.gantt)):
+        if path:
+            print(f"wrote {what}: {path}")
+    return 0
