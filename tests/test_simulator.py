@@ -160,3 +160,5 @@ def test_peak_memory_estimate_by_hand():
     plan = Plan(fwd=((2, 2), (2, 2)), bwd=((1, 3), (4,)), mode="recompute")
     assert simulate(prob, plan).peak_memory == [100 + 3 + 30, 100 + 4 + 40]
     assert simulate(make_problem(fwd=[[1.0]], bwd=[[1.0]]), Plan.edp(1, 1, 1)).peak_memory is None
+    assert simulate(replace(prob, device_capacity=139.0), Plan.edp(2, 4, 2), "1f1b").fits_memory is False
+    assert simulate(replace(prob, device_capacity=140.0), Plan.edp(2, 4, 2)).fits_memory is True

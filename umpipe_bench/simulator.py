@@ -76,6 +76,14 @@ class Timeline:
     bubble: list[float]
     peak_memory: list[float] | None = None
     stage_end: list[float] = field(default_factory=list)
+    capacity: float | None = None
+
+    @property
+    def fits_memory(self) -> bool | None:
+        """Whether every stage's peak stays within the device capacity (None: unknown)."""
+        if self.peak_memory is None or self.capacity is None:
+            return None
+        return max(self.peak_memory) <= self.capacity
 
     def to_dict(self, with_events: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -83,6 +91,7 @@ class Timeline:
             "schedule": self.schedule,
             "mode": self.mode,
             "iteration_time": self.iteration_time,
+            "fits_memory": self.fits_memory,
             "stages": [
                 {
                     "stage": s,
@@ -217,6 +226,7 @@ def simulate(
         bubble=bubble,
         peak_memory=_peak_memory(problem, mode, ops),
         stage_end=stage_end,
+        capacity=problem.device_capacity,
     )
 
 

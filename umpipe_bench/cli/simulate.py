@@ -59,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         mem = "-" if tl.peak_memory is None else f"{tl.peak_memory[s] / 2**20:.1f} MiB"
         print(f"{s:>5}  {tl.busy[s] / tl.iteration_time:>6.1%}  {tl.bubble[s]:>6.1%}  "
               f"{tl.stage_end[s] * 1e3:>10.3f}  {mem}")
+    if tl.fits_memory is False:
+        print(f"warning: peak memory exceeds the device capacity of "
+              f"{tl.capacity / 2**20:.1f} MiB on some stage")
     if args.show_ops:
         print(format_schedule(ops))
     for what, path in (("trace", args.trace), ("gantt", args.gantt)):
