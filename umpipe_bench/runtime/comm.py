@@ -1,0 +1,153 @@
+"""Checked point-to-point transfers between neighbouring stages (MODEL.md §5).
+
+Every tensor travels as two messages on the same tag: a fixed-size int64 header (magic, kind,
+producer microbatch index, sample range, dtype, shape), then the payload. The receiver checks
+the header against what the plan says must arrive *before* it posts the payload receive, so a
+disagreement is a :class:`ShapeMismatchError` naming stage, microbatch and shapes instead of
+a gloo buffer that is silently half-filled (too large) or overrun (too small).
+
+Sends are asynchronous (``isend``); the sender keeps each tensor alive until its send is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .errors import PeerLostError, ShapeMismatchError
+
+__all__ = ["KIND_ACT", "KIND_GRAD", "KIND_PROBE", "Channel", "describe"]
+
+KIND_ACT = 1
+KIND_GRAD = 2
+KIND_PROBE = 3
+_KIND_NAMES = {KIND_ACT: "activation", KIND_GRAD: "gradient", KIND_PROBE: "shape probe"}
+
+_MAGIC = 0x554D5042  # "UMPB"
+_HEADER_LEN = 16
+_MAX_DIMS = _HEADER_LEN - 7
+_DTYPE_CODES: list[torch.dtype] = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.uint8,
+    torch.bool,
+]
+
+
+def describe(shape: Sequence[int], dtype: torch.dtype | None = None) -> str:
+    """``(4, 128, 256) float32``: how shapes appear in error messages."""
+    dims = "(" + ", ".join(str(int(d)) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    return dims if dtype is None else f"{dims} {str(dtype).removeprefix('torch.')}"
+
+
+class Channel:
+    """This stage's link to one neighbouring stage (one rank per stage)."""
+
+    def __init__(self, stage: int, peer: int, device: torch.device) -> None:
+        self.stage = stage
+        self.peer = peer
+        self.device = device
+        self._pending: list[tuple[list[Any], tuple[torch.Tensor, ...]]] = []
+        #: fault injection (tests): the next activation/gradient sent carries one extra sample
+        self.corrupt_next = False
+
+    # ------------------------------------------------------------------ sending
+    def send(self, tensor: torch.Tensor, kind: int, seq: int, start: int, stop: int) -> None:
+        """Send header + payload asynchronously; the tensor is kept alive until :meth:`wait`."""
+        payload = tensor.detach()
+        if self.corrupt_next and kind != KIND_PROBE:
+            self.corrupt_next = False
+            payload = torch.cat([payload, payload[:1]])
+        payload = payload.contiguous()
+        if payload.dim() > _MAX_DIMS:
+            raise ValueError(
+                f"stage {self.stage}: cannot send a {payload.dim()}-dim tensor (max {_MAX_DIMS})"
+            )
+        if payload.dtype not in _DTYPE_CODES:
+            raise ValueError(f"stage {self.stage}: cannot send dtype {payload.dtype}")
+        fields = [_MAGIC, kind, seq, start, stop, _DTYPE_CODES.index(payload.dtype), payload.dim()]
+        fields += list(payload.shape) + [0] * (_MAX_DIMS - payload.dim())
+        header = torch.tensor(fields, dtype=torch.int64, device=self.device)
+        what = f"sending {_KIND_NAMES[kind]} microbatch {seq} (samples [{start}, {stop}))"
+        try:
+            works = [
+                dist.isend(header, dst=self.peer, tag=kind),
+                dist.isend(payload, dst=self.peer, tag=kind),
+            ]
+        except Exception as exc:
+            raise PeerLostError(self.stage, self.peer, what, exc) from exc
+        self._pending.append((works, (header, payload)))
+        if len(self._pending) > 8:
+            self._pending = [
+                (w, t) for (w, t) in self._pending if not all(x.is_completed() for x in w)
+            ]
+
+    def wait(self) -> None:
+        """Block until every send issued so far has completed."""
+        pending, self._pending = self._pending, []
+        for works, _tensors in pending:
+            for w in works:
+                try:
+                    w.wait()
+                except Exception as exc:
+                    raise PeerLostError(self.stage, self.peer, "completing a send", exc) from exc
+
+    # ------------------------------------------------------------------ receiving
+    def recv(
+        self,
+        kind: int,
+        seq: int,
+        start: int,
+        stop: int,
+        tail: Sequence[int] | None,
+        dtype: torch.dtype | None,
+        context: str = "",
+    ) -> torch.Tensor:
+        """Receive the producer's microbatch ``seq`` covering samples ``[start, stop)``.
+
+        ``tail`` is the per-sample shape (None: accept any, used only by the shape probe).
+        """
+        name = _KIND_NAMES[kind]
+        what = f"{name} microbatch {seq} (samples [{start}, {stop})) from stage {self.peer}"
+        if context:
+            what += f" {context}"
+        header = torch.empty(_HEADER_LEN, dtype=torch.int64, device=self.device)
+        try:
+            dist.recv(header, src=self.peer, tag=kind)
+        except Exception as exc:
+            raise PeerLostError(
+                self.stage, self.peer, f"receiving the header of {what}", exc
+            ) from exc
+        h = [int(x) for x in header.tolist()]
+        if h[0] != _MAGIC or not 0 <= h[5] < len(_DTYPE_CODES) or not 0 <= h[6] <= _MAX_DIMS:
+            raise ShapeMismatchError(self.stage, what, "a umpipe message header", f"{h}")
+        got_kind, got_seq, got_start, got_stop = h[1], h[2], h[3], h[4]
+        got_dtype = _DTYPE_CODES[h[5]]
+        got_shape = tuple(h[7 : 7 + h[6]])
+        if (got_kind, got_seq, got_start, got_stop) != (kind, seq, start, stop):
+            raise ShapeMismatchError(
+                self.stage,
+                what,
+                f"{name} microbatch {seq} over samples [{start}, {stop})",
+                f"{_KIND_NAMES.get(got_kind, f'kind {got_kind}')} microbatch {got_seq} over "
+                f"samples [{got_start}, {got_stop}) (the stages disagree about the plan)",
+            )
+        if tail is not None:
+            want = (stop - start, *tail)
+            if got_shape != want or (dtype is not None and got_dtype != dtype):
+                raise ShapeMismatchError(
+                    self.stage, what, describe(want, dtype), describe(got_shape, got_dtype)
+                )
+        payload = torch.empty(got_shape, dtype=got_dtype, device=self.device)
+        try:
+            dist.recv(payload, src=self.peer, tag=kind)
+        except Exception as exc:
+            raise PeerLostError(self.stage, self.peer, f"receiving {what}", exc) from exc
+        return payload

@@ -1,0 +1,86 @@
+"""The job a launch runs: stages to build, entries (plans) to time, settings (MODEL.md §5).
+
+A :class:`RunSpec` is plain data (JSON) so that the launcher can hand it to ``torchrun``
+workers, and so that a worker needs neither the problem file nor the core's schedule builder:
+it receives the exact per-stage operation lists it must run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ENGINES", "Entry", "RunSpec"]
+
+#: "umpipe": our executor runs ``ops``; "torch": torch.distributed.pipelining runs EDP(M).
+ENGINES = ("umpipe", "torch")
+
+
+@dataclass
+class Entry:
+    """One thing to time: a plan under a schedule, run by one engine.
+
+    ``ops[s]`` is stage ``s``'s operation list as ``[kind, index, start, stop]`` items, exactly
+    as :func:`umpipe_bench.schedules.build_schedule` produced it (MODEL.md §3). For the torch
+    engine ``ops`` is empty and ``M`` is the number of equal microbatches.
+    """
+
+    label: str
+    engine: str
+    schedule: str
+    mode: str
+    fwd: list[list[int]]
+    bwd: list[list[int]]
+    ops: list[list[list[Any]]] = field(default_factory=list)
+    M: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"entry {self.label!r}: engine must be one of {ENGINES}")
+
+
+@dataclass
+class RunSpec:
+    """Everything a worker needs. ``layers_per_stage`` is a list of per-stage layer-index lists."""
+
+    run_id: str
+    model: str
+    config: dict[str, Any]
+    layers_per_stage: list[list[int]]
+    B: int
+    entries: list[Entry]
+    dtype: str = "float32"
+    seed: int = 0
+    iters: int = 10
+    warmup: int = 2
+    optimizer: str = "sgd"
+    lr: float = 1e-6
+    backend: str = "gloo"
+    timeout_s: float = 300.0
+    threads: int = 1
+    out_dir: str = "."
+    dump_grads: bool = False
+    problem: str = ""
+
+    @property
+    def S(self) -> int:
+        return len(self.layers_per_stage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        data = dict(data)
+        data["entries"] = [Entry(**e) for e in data["entries"]]
+        return cls(**data)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(json.dumps(self.to_dict()) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RunSpec:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
