@@ -1,0 +1,380 @@
+"""The measuring engine: stage rigs, interleaved timing of every cell, memory figures.
+
+What is measured for each stage ``s`` and size ``m`` of the grid (MODEL.md §1):
+
+* ``fwd[s](m)``: the stage's forward on ``m`` samples with autograd recording (stash mode keeps
+  these activations); the last stage includes the loss (``loss(out, targets) / B``).
+* ``bwd[s](m)``: the backward that follows that forward, from the gradient arriving from the
+  next stage (the loss on the last stage) down to the stage input (stage 0: parameters only).
+* ``rbwd[s](m)``: recompute mode's backward, timed as one interval: forward again with
+  autograd, then backward. It is a separate pass, not ``fwd + bwd`` added up.
+* ``opt[s]``: one optimizer step over the stage's parameters (gradients present).
+
+Timing order. After ``warmup`` discarded rounds, each of ``repeats`` rounds visits every cell
+(stage x size, plus one optimizer cell per stage) once; round ``r`` starts at a different
+offset of the cell list (a rotation), and the stash and recompute passes of a cell swap order
+every round. Slow drift of the machine therefore lands on all cells alike instead of on the
+sizes measured last. Each figure is the median over the rounds; its noise figure is max/min.
+
+Clocks: on CPU ``time.perf_counter`` around synchronous ops; on CUDA, CUDA events recorded in
+the stream and read after ``torch.cuda.synchronize()``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "CellStats",
+    "Clock",
+    "Measurements",
+    "StageMemoryFigures",
+    "StageRig",
+    "make_clock",
+    "measure_cells",
+    "measure_memory",
+    "prepare_rigs",
+]
+
+
+class Clock:
+    """Wall clock for CPU work: marks are ``perf_counter`` readings."""
+
+    def sync(self) -> None:
+        """Wait until queued work is done (nothing to wait for on CPU)."""
+
+    def mark(self) -> Any:
+        return time.perf_counter()
+
+    def seconds(self, a: Any, b: Any) -> float:
+        return float(b - a)
+
+
+class CudaClock(Clock):
+    """CUDA events recorded in the current stream; read only after :meth:`sync`."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def sync(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def mark(self) -> Any:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def seconds(self, a: Any, b: Any) -> float:
+        return float(a.elapsed_time(b)) / 1e3
+
+
+def make_clock(device: torch.device) -> Clock:
+    """The clock for a device: CUDA events on ``cuda``, ``perf_counter`` otherwise."""
+    return CudaClock(device) if device.type == "cuda" else Clock()
+
+
+@dataclass
+class StageRig:
+    """One stage ready to be timed: its layers, its input at the largest size, the gradient
+    that would arrive from the next stage (None on the last stage) or the targets (last stage
+    only), and an optimizer over its parameters (None when it has none)."""
+
+    index: int
+    layers: tuple[int, int]  # [first, last) model layer indices
+    module: nn.Module
+    inputs: torch.Tensor
+    needs_input_grad: bool
+    grad_out: torch.Tensor | None
+    targets: torch.Tensor | None
+    optimizer: torch.optim.Optimizer | None
+    loss_scale: float = 1.0
+
+
+def _make_optimizer(params: list[nn.Parameter], name: str) -> torch.optim.Optimizer | None:
+    if not params:
+        return None
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-6)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-6, momentum=0.9)
+    raise ValueError(f"unknown optimizer {name!r}; valid optimizers: adam, sgd")
+
+
+def prepare_rigs(
+    layers: Sequence[nn.Module],
+    layers_per_stage: Sequence[int],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    optimizer: str,
+    seed: int,
+) -> list[StageRig]:
+    """Group ``layers`` into stages and capture each stage's real input (one forward of the
+    whole batch without autograd), plus a seeded random output gradient for inner stages."""
+    B = int(inputs.shape[0])
+    rigs: list[StageRig] = []
+    gen = torch.Generator().manual_seed(seed + 1)
+    h = inputs
+    first = 0
+    S = len(layers_per_stage)
+    for s, k in enumerate(layers_per_stage):
+        module = nn.Sequential(*layers[first : first + k])
+        stage_in = h.detach()
+        with torch.no_grad():
+            h = module(stage_in)
+        last = s == S - 1
+        grad_out = None
+        if not last:
+            grad_out = torch.randn(h.shape, generator=gen, dtype=torch.float64)
+            grad_out = (grad_out / math.sqrt(h[0].numel())).to(h.dtype).to(h.device)
+        rigs.append(
+            StageRig(
+                index=s,
+                layers=(first, first + k),
+                module=module,
+                inputs=stage_in,
+                needs_input_grad=s > 0 and stage_in.is_floating_point(),
+                grad_out=grad_out,
+                targets=targets if last else None,
+                optimizer=_make_optimizer(list(module.parameters()), optimizer),
+                loss_scale=1.0 / B,
+            )
+        )
+        first += k
+    return rigs
+
+
+def _forward(
+    rig: StageRig, m: int, loss_fn: Callable[[Any, Any], torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    x = rig.inputs[:m]
+    if rig.needs_input_grad:
+        x = x.detach().requires_grad_(True)
+    out = rig.module(x)
+    if rig.targets is not None:
+        out = loss_fn(out, rig.targets[:m]) * rig.loss_scale
+    return x, out
+
+
+def _backward(rig: StageRig, out: torch.Tensor, m: int) -> None:
+    if rig.grad_out is None:
+        out.backward()
+    else:
+        out.backward(rig.grad_out[:m])
+
+
+def _stash_pass(rig: StageRig, m: int, loss_fn: Callable, clock: Clock) -> tuple[float, float]:
+    clock.sync()
+    t0 = clock.mark()
+    _, out = _forward(rig, m, loss_fn)
+    t1 = clock.mark()
+    _backward(rig, out, m)
+    t2 = clock.mark()
+    clock.sync()
+    return clock.seconds(t0, t1), clock.seconds(t1, t2)
+
+
+def _recompute_pass(rig: StageRig, m: int, loss_fn: Callable, clock: Clock) -> float:
+    clock.sync()
+    t0 = clock.mark()
+    _, out = _forward(rig, m, loss_fn)
+    _backward(rig, out, m)
+    t1 = clock.mark()
+    clock.sync()
+    return clock.seconds(t0, t1)
+
+
+def _opt_pass(rig: StageRig, clock: Clock) -> float:
+    if rig.optimizer is None:
+        return 0.0
+    clock.sync()
+    t0 = clock.mark()
+    rig.optimizer.step()
+    t1 = clock.mark()
+    clock.sync()
+    rig.optimizer.zero_grad(set_to_none=False)
+    return clock.seconds(t0, t1)
+
+
+@dataclass(frozen=True)
+class CellStats:
+    """Median and noise (max/min) of one cell's repeated measurements."""
+
+    median: float
+    noise: float
+    samples: tuple[float, ...]
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> CellStats:
+        xs = tuple(float(x) for x in samples)
+        lo = min(xs)
+        noise = max(xs) / lo if lo > 0 else (1.0 if max(xs) == 0 else math.inf)
+        return cls(statistics.median(xs), noise, xs)
+
+
+@dataclass
+class Measurements:
+    """Per stage and size index: fwd/bwd/rbwd statistics; per stage: opt statistics."""
+
+    sizes: tuple[int, ...]
+    fwd: list[list[CellStats]] = field(default_factory=list)
+    bwd: list[list[CellStats]] = field(default_factory=list)
+    rbwd: list[list[CellStats]] = field(default_factory=list)
+    opt: list[CellStats] = field(default_factory=list)
+    cells_per_round: int = 0
+    rounds: int = 0
+
+
+def _cell_order(n_cells: int, round_index: int, repeats: int) -> list[int]:
+    """Rotation of ``0..n-1`` starting at a per-round offset spread evenly over the rounds."""
+    step = max(1, n_cells // max(1, repeats))
+    start = (round_index * step) % n_cells
+    return [(start + i) % n_cells for i in range(n_cells)]
+
+
+def measure_cells(
+    rigs: Sequence[StageRig],
+    sizes: Sequence[int],
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    clock: Clock,
+    *,
+    repeats: int,
+    warmup: int = 1,
+    recompute: bool = True,
+    opt: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> Measurements:
+    """Time every (stage, size) cell and every stage's optimizer step, interleaved.
+
+    ``recompute=False`` skips the rbwd pass (its statistics then copy ``fwd + bwd`` medians and
+    are marked with noise NaN); ``opt=False`` skips optimizer cells (opt = 0). Those two
+    switches serve the quick per-layer probe used for balancing, never a committed profile.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    cells: list[tuple[int, int | None]] = [
+        (s, i) for i in range(len(sizes)) for s in range(len(rigs))
+    ]
+    if opt:
+        cells += [(s, None) for s in range(len(rigs))]
+    S, n = len(rigs), len(sizes)
+    f_s = [[[] for _ in range(n)] for _ in range(S)]
+    b_s = [[[] for _ in range(n)] for _ in range(S)]
+    r_s = [[[] for _ in range(n)] for _ in range(S)]
+    o_s: list[list[float]] = [[] for _ in range(S)]
+    total = warmup + repeats
+    for r in range(total):
+        keep = r >= warmup
+        for c in _cell_order(len(cells), r, repeats):
+            s, i = cells[c]
+            rig = rigs[s]
+            if i is None:
+                t = _opt_pass(rig, clock)
+                if keep:
+                    o_s[s].append(t)
+            else:
+                m = sizes[i]
+                stash_first = r % 2 == 0 or not recompute
+                if stash_first:
+                    tf, tb = _stash_pass(rig, m, loss_fn, clock)
+                if recompute:
+                    tr = _recompute_pass(rig, m, loss_fn, clock)
+                if not stash_first:
+                    tf, tb = _stash_pass(rig, m, loss_fn, clock)
+                if keep:
+                    f_s[s][i].append(tf)
+                    b_s[s][i].append(tb)
+                    if recompute:
+                        r_s[s][i].append(tr)
+            if progress is not None:
+                progress(1)
+    out = Measurements(sizes=tuple(sizes), cells_per_round=len(cells), rounds=total)
+    for s in range(S):
+        out.fwd.append([CellStats.of(f_s[s][i]) for i in range(n)])
+        out.bwd.append([CellStats.of(b_s[s][i]) for i in range(n)])
+        if recompute:
+            out.rbwd.append([CellStats.of(r_s[s][i]) for i in range(n)])
+        else:
+            out.rbwd.append(
+                [
+                    CellStats(out.fwd[s][i].median + out.bwd[s][i].median, math.nan, ())
+                    for i in range(n)
+                ]
+            )
+        out.opt.append(CellStats.of(o_s[s]) if opt else CellStats(0.0, math.nan, ()))
+    return out
+
+
+@dataclass(frozen=True)
+class StageMemoryFigures:
+    """Bytes of one stage (MODEL.md §1): parameters + gradients + optimizer state; tensors
+    autograd saves for backward per sample (excluding parameters and the stage input); the
+    stage input per sample; the output (activation) and input-gradient per sample."""
+
+    param_bytes: int
+    weights_bytes: int
+    grad_bytes: int
+    optimizer_state_bytes: int
+    saved_act_bytes_per_sample: float
+    input_bytes_per_sample: float
+    output_bytes_per_sample: float
+    input_grad_bytes_per_sample: float
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def measure_memory(
+    rig: StageRig, m: int, loss_fn: Callable[[Any, Any], torch.Tensor]
+) -> StageMemoryFigures:
+    """Count bytes, not allocator peaks: saved tensors are caught with autograd's
+    ``saved_tensors_hooks`` during one forward of ``m`` samples and counted once per storage;
+    parameter storages and the stage input's storage are left out (the input is counted in
+    ``input_bytes_per_sample``). Per-sample figures are totals at size ``m`` divided by ``m``."""
+    params = list(rig.module.parameters())
+    param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+    input_ptr = rig.inputs.untyped_storage().data_ptr()
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr not in param_ptrs and ptr != input_ptr:
+            seen[ptr] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        x, out = _forward(rig, m, loss_fn)
+    if rig.targets is None:
+        output_bytes = _nbytes(out) / m
+    else:
+        output_bytes = 0.0
+    _backward(rig, out, m)
+    input_grad = _nbytes(x.grad) / m if x.grad is not None else 0.0
+    weights = sum(_nbytes(p) for p in params)
+    grads = sum(_nbytes(p.grad) for p in params if p.grad is not None)
+    state = 0
+    if rig.optimizer is not None:
+        for st in rig.optimizer.state.values():
+            state += sum(_nbytes(v) for v in st.values() if isinstance(v, torch.Tensor))
+    return StageMemoryFigures(
+        param_bytes=weights + grads + state,
+        weights_bytes=weights,
+        grad_bytes=grads,
+        optimizer_state_bytes=state,
+        saved_act_bytes_per_sample=sum(seen.values()) / m,
+        input_bytes_per_sample=_nbytes(rig.inputs[:m]) / m,
+        output_bytes_per_sample=output_bytes,
+        input_grad_bytes_per_sample=input_grad,
+    )
