@@ -18,8 +18,8 @@ from ..plan import Plan, PlanError
 from ..problem import Problem
 from ..schedules import build_schedule
 from .errors import PlanRefused
+from .grouping import normalize_layers_per_stage, stage_source
 from .spec import Entry, RunSpec
-from .stages import normalize_layers_per_stage, stage_source
 
 __all__ = ["PlannedRun", "make_entries", "make_spec", "spec_for_problem"]
 
