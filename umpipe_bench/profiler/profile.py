@@ -30,6 +30,7 @@ import torch
 from ..problem import Link, Problem, ProblemError, StageCosts, StageMemory
 from .engine import Measurements, make_clock, measure_cells, measure_memory, prepare_rigs
 from .link import LinkCalibration, calibrate_link
+from .linkfit import message_grid
 from .partition import balanced_partition, check_layers_per_stage, one_per_stage, size_grid
 
 __all__ = ["Grouping", "LinkFigures", "layer_costs_from_problem", "profile_model"]
@@ -193,10 +194,14 @@ def profile_model(
     # ---- 3. memory and boundary bytes
     mem = [measure_memory(rig, B, spec.loss) for rig in rigs]
 
-    # ---- 4. link
-    if link is None:
-        say("calibrating the link (ping-pong between two local processes)")
-        cal = calibrate_link(threads=threads or 1, backend=link_backend)
+    # ---- 4. link (messages from one sample of the smallest boundary to B of the largest)
+    if link is None and len(rigs) > 1:
+        per_sample = [m_.output_bytes_per_sample for m_ in mem[:-1]]
+        messages = message_grid(min(per_sample), max(per_sample) * B)
+        say(f"calibrating the link: ping-pong of {len(messages)} sizes between two processes")
+        cal = calibrate_link(threads=threads or 1, backend=link_backend, message_bytes=messages)
+    elif link is None:
+        cal = LinkCalibration(0.0, 1.0, method="single stage: no link")
     else:
         cal = LinkCalibration(link.latency, link.bandwidth, method="given on the command line")
 

@@ -1,0 +1,146 @@
+"""``umpipe-bench profile``: measure a torch model stage by stage into a problem file.
+
+See :mod:`umpipe_bench.profiler` for what is measured and how (MODEL.md §1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def _config_item(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``profile`` sub-command."""
+    p = sub.add_parser(
+        "profile",
+        help="measure a torch model layer by layer into a problem file (MODEL.md §1)",
+        description="Profile MODEL (see problems/models: gpt1, gpt1-mini, vgg16, vgg16-mini, "
+        "tiny-known, ...) at mini-batch B: per stage forward, backward, recompute+backward and "
+        "optimizer step on the sizes 1, 2, 4, ..., B (warm-up, then interleaved round-robin "
+        "rounds; medians and max/min noise), memory figures, boundary bytes, and a link "
+        "calibrated by a gloo ping-pong between two local processes. Stages: one layer each "
+        "(default), --layers-per-stage, or --stages S balanced by measured time.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL", help="model name")
+    p.add_argument("--batch", "-B", type=int, required=True, help="mini-batch size B")
+    grp = p.add_mutually_exclusive_group()
+    grp.add_argument("--stages", type=int, help="S stages balanced by measured layer time")
+    grp.add_argument(
+        "--layers-per-stage", metavar="K,K,...", help="explicit grouping, e.g. 4,3,3,4"
+    )
+    p.add_argument(
+        "--balance-from",
+        metavar="FILE",
+        help="with --stages: take layer times from this one-layer-per-stage profile (same "
+        "model, config and B) instead of a probe",
+    )
+    p.add_argument("--device", default="cpu", help="torch device: cpu or cuda[:N]")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--seq", type=int, help="config override: sequence length (gpt1 models)")
+    p.add_argument("--image", type=int, help="config override: image side (vgg16 models)")
+    p.add_argument(
+        "--set",
+        dest="config",
+        action="append",
+        type=_config_item,
+        default=[],
+        metavar="KEY=VALUE",
+        help="other config override (VALUE parsed as JSON), repeatable",
+    )
+    p.add_argument("--repeats", type=int, default=5, help="measured rounds (median of N)")
+    p.add_argument("--warmup", type=int, default=1, help="discarded warm-up rounds")
+    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="timed step")
+    p.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32")
+    p.add_argument("--seed", type=int, default=0, help="weights, batch and gradients seed")
+    p.add_argument(
+        "--link-latency", type=float, help="seconds; with --link-bandwidth skips calibration"
+    )
+    p.add_argument("--link-bandwidth", type=float, help="bytes/s; with --link-latency")
+    p.add_argument(
+        "--link-backend", choices=("gloo", "nccl"), default="gloo", help="calibration backend"
+    )
+    p.add_argument("--name", help="problem name (default: the --out file stem)")
+    p.add_argument("--out", required=True, metavar="FILE", help="problem JSON file to write")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Profile, save atomically, print a one-line summary per stage; 0 on success."""
+    from pathlib import Path
+
+    from ..profiler.partition import parse_layers_per_stage
+    from ..profiler.profile import Grouping, LinkFigures, profile_model
+
+    if args.batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    if (args.link_latency is None) != (args.link_bandwidth is None):
+        raise ValueError("give both --link-latency and --link-bandwidth, or neither")
+    if args.balance_from and args.stages is None:
+        raise ValueError("--balance-from needs --stages")
+    config: dict[str, Any] = dict(args.config)
+    if args.seq is not None:
+        config["seq"] = args.seq
+    if args.image is not None:
+        config["image"] = args.image
+    lps = parse_layers_per_stage(args.layers_per_stage) if args.layers_per_stage else None
+    link = None
+    if args.link_latency is not None:
+        link = LinkFigures(args.link_latency, args.link_bandwidth)
+    out = Path(args.out)
+    problem = profile_model(
+        args.model,
+        B=args.batch,
+        grouping=Grouping(layers_per_stage=lps, stages=args.stages, balance_from=args.balance_from),
+        config=config,
+        device=args.device,
+        threads=args.threads,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        optimizer=args.optimizer,
+        dtype=args.dtype,
+        seed=args.seed,
+        link=link,
+        link_backend=args.link_backend,
+        name=args.name or out.stem,
+        progress=not args.no_progress,
+        log=lambda msg: print(msg, file=sys.stderr),
+    )
+    problem.save(out)
+    prov = problem.provenance
+    print(
+        f"wrote {out}: {problem.name}, S={problem.S}, B={problem.B}, sizes {list(problem.sizes)}, "
+        f"{prov['profile_seconds']} s, noise median {prov['noise_median']} max {prov['noise_max']}"
+    )
+    print(
+        f"{'stage':>5}  {'layers':>7}  {'fwd(B) ms':>10}  {'bwd(B) ms':>10}  {'rbwd(B) ms':>10}  "
+        f"{'opt ms':>8}  name"
+    )
+    for s, st in enumerate(problem.stages):
+        a, b = st.extra["layers"]
+        print(
+            f"{s:>5}  {a:>3}-{b - 1:<3}  {st.fwd[-1] * 1e3:>10.3f}  {st.bwd[-1] * 1e3:>10.3f}  "
+            f"{st.rbwd[-1] * 1e3:>10.3f}  {st.opt * 1e3:>8.3f}  {st.name}"
+        )
+    lk = prov["link"]
+    print(
+        f"link: latency {lk['latency_s'] * 1e6:.1f} us, "
+        f"bandwidth {lk['bandwidth_Bps'] / 1e9:.3f} GB/s ({lk['method'].split(',')[0]})"
+    )
+    return 0
