@@ -1,0 +1,290 @@
+"""The benchmark runner: matrix files, the leaderboard's schema, error rows, resume.
+
+Planners here are test doubles named by import path (``tests.test_bench:EdpPlanner``), so
+these tests depend on no registered planner; problems are the tiny synthetic ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from umpipe_bench.bench import (
+    COLUMNS,
+    ConfigError,
+    Leaderboard,
+    builtin_config,
+    load_config,
+    parse_config,
+    read_rows,
+    run_matrix,
+    select_cells,
+)
+from umpipe_bench.bench.baselines import best_edp
+from umpipe_bench.bench.leaderboard import flatten_settings
+from umpipe_bench.plan import Plan
+from umpipe_bench.planners.base import Planner, PlanResult
+from umpipe_bench.registry import get_problem
+from umpipe_bench.simulator import simulate
+
+PROBLEM = "sim-s4-b16-s0"
+
+
+class EdpPlanner(Planner):
+    """EDP(M) under gpipe: the answer is known by construction."""
+
+    name = "test-edp"
+
+    def __init__(self, M: int = 4, delay: float = 0.0, **settings):
+        super().__init__(M=M, delay=delay, **settings)
+
+    def _plan(self, problem, *, mode, budget, seed, progress):
+        log = os.environ.get("UMPIPE_TEST_PLAN_LOG")
+        if log:
+            with open(log, "a") as fh:
+                fh.write(f"{problem.name} {mode} {seed}\n")
+        if self.settings["delay"]:
+            time.sleep(self.settings["delay"])
+        plan = Plan.edp(problem.S, problem.B, self.settings["M"], mode)
+        T = simulate(problem, plan, "gpipe").iteration_time
+        return PlanResult(self.name, plan, T, evaluations=1, start_time=T,
+                          history=[{"evals": 1, "time": 0.0, "best": T}],
+                          settings=dict(self.settings))
+
+
+class FailingPlanner(Planner):
+    name = "test-fail"
+
+    def _plan(self, problem, *, mode, budget, seed, progress):
+        raise RuntimeError("planner exploded on purpose")
+
+
+class LyingPlanner(EdpPlanner):
+    """Reports half the true iteration time: the runner must catch it."""
+
+    def _plan(self, problem, *, mode, budget, seed, progress):
+        res = super()._plan(problem, mode=mode, budget=budget, seed=seed, progress=progress)
+        res.iteration_time /= 2
+        return res
+
+
+def _config(**over):
+    data = {
+        "bench": {"name": "t", "problems": [PROBLEM], "seeds": [0, 1], "modes": ["stash"],
+                  "budgets": ["evals:200"]},
+        "planners": [{"name": "tests.test_bench:EdpPlanner", "label": "edp4"},
+                     {"name": "tests.test_bench:EdpPlanner", "label": "edp2",
+                      "settings": {"M": 2}, "seeds": [0]}],
+    }
+    data.update(over)
+    return parse_config(data, "test.toml")
+
+
+# ----------------------------------------------------------------- matrix files
+
+def test_builtin_matrices_validate_and_expand():
+    for name in ("default", "full"):
+        cfg = builtin_config(name)
+        assert cfg.cells(), name
+
+
+def test_cells_expand_in_problem_order_with_overrides():
+    cells = _config().cells()
+    assert [(c.planner, c.seed) for c in cells] == [("edp4", 0), ("edp4", 1), ("edp2", 0)]
+    assert len({c.key() for c in cells}) == 3
+    assert cells[0].settings_hash != cells[2].settings_hash
+
+
+def test_patterns_match_registered_problems():
+    cfg = _config(bench={"problems": ["sim-s4-b16-*"]})
+    assert {c.problem for c in cfg.cells()} == {"sim-s4-b16-s0", "sim-s4-b16-s1"}
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"bench": {"problems": [PROBLEM], "seeds": "0"}}, "bench.seeds"),
+        ({"bench": {"problems": [PROBLEM], "modes": ["fast"]}}, "bench.modes[0]"),
+        ({"bench": {"problems": [PROBLEM], "budgets": ["evals:-3"]}}, "bench.budgets"),
+        ({"bench": {"problems": [PROBLEM], "budgets": ["minutes:3"]}}, "bench.budgets"),
+        ({"bench": {"problems": [PROBLEM], "sedes": [1]}}, "bench.sedes: unknown field"),
+        ({"bench": {"problems": []}}, "bench.problems"),
+        ({"bench": {}}, "bench.problems"),
+        ({"planners": [{"name": "x", "setings": {}}]}, "planners[0].setings: unknown field"),
+        ({"planners": [{"name": "x"}, {"name": "x"}]}, "planners[1] has the same label"),
+        ({"planners": [{"name": "x", "settings": 3}]}, "planners[0].settings"),
+    ],
+)
+def test_config_errors_name_the_field(data, field):
+    base = {"bench": {"problems": [PROBLEM]}, "planners": [{"name": "x"}]}
+    base.update(data)
+    with pytest.raises(ConfigError, match=r"test\.toml: .*" + field.replace("[", r"\[")
+                       .replace("]", r"\]")):
+        parse_config(base, "test.toml")
+
+
+def test_unknown_problem_and_planner_name_the_field():
+    cfg = _config(bench={"problems": [PROBLEM, "no-such-problem"]})
+    with pytest.raises(ConfigError, match=r"bench\.problems\[1\]: 'no-such-problem'"):
+        cfg.cells()
+    cfg = _config(planners=[{"name": "tidgap-that-is-not"}])
+    with pytest.raises(ConfigError, match=r"planners\[0\]\.name: .*valid planners"):
+        cfg.check_planners()
+
+
+def test_load_config_reports_bad_toml(tmp_path):
+    bad = tmp_path / "m.toml"
+    bad.write_text("[bench\nproblems = 3\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_select_cells_limit_and_shard():
+    cells = _config().cells()
+    assert select_cells(cells, limit=2) == cells[:2]
+    parts = [select_cells(cells, shard=(i, 2)) for i in range(2)]
+    assert sorted(c.key() for p in parts for c in p) == sorted(c.key() for c in cells)
+    with pytest.raises(ValueError, match="shard"):
+        select_cells(cells, shard=(2, 2))
+
+
+# ----------------------------------------------------------------- leaderboard schema
+
+EXPECTED_COLUMNS = (
+    "problem", "S", "B", "source", "device", "model",
+    "planner", "planner_name", "seed", "mode", "budget", "settings_hash",
+    "schedule", "plan_kind", "T_pred", "T_start", "evaluations", "wall_time",
+    "T_gpipe_edp", "M_gpipe_edp", "T_1f1b_edp", "M_1f1b_edp",
+    "speedup_vs_gpipe", "speedup_vs_1f1b",
+    "T_measured", "model_error", "measured_in",
+    "plan_file", "history_file",
+    "error",
+    "python", "v_numpy", "v_deap", "v_optuna", "v_torch", "v_umpipe_bench", "git_rev",
+    "timestamp",
+)
+
+
+def test_schema_is_pinned(tmp_path):
+    assert COLUMNS == EXPECTED_COLUMNS
+    run_matrix(_config(), tmp_path, progress=False)
+    with open(tmp_path / "leaderboard.csv", newline="") as fh:
+        header = next(csv.reader(fh))
+    assert tuple(header[: len(COLUMNS)]) == EXPECTED_COLUMNS
+    assert header[len(COLUMNS):] == ["param_M", "param_delay"]
+
+
+def test_flatten_settings():
+    assert flatten_settings({"pop": 8, "init": {"edp": 0.5}, "ms": [1, 2]}) == {
+        "param_pop": 8, "param_init.edp": 0.5, "param_ms": "1;2"}
+
+
+# ----------------------------------------------------------------- runner
+
+def test_rows_hold_known_answers(tmp_path):
+    summary = run_matrix(_config(), tmp_path, progress=False)
+    assert (summary.ran, summary.skipped, summary.errors) == (3, 0, 0)
+    rows = read_rows(tmp_path / "leaderboard.csv")
+    p = get_problem(PROBLEM)
+    gp = best_edp(p, "stash", "gpipe")
+    for r in rows:
+        M = int(r["param_M"])
+        T = simulate(p, Plan.edp(p.S, p.B, M, "stash"), "gpipe").iteration_time
+        assert float(r["T_pred"]) == pytest.approx(T, rel=1e-12)
+        assert float(r["T_gpipe_edp"]) == pytest.approx(gp.T, rel=1e-12)
+        assert float(r["speedup_vs_gpipe"]) == pytest.approx(gp.T / T - 1, rel=1e-9)
+        assert float(r["speedup_vs_gpipe"]) <= 1e-12  # nothing beats the best EDP at EDP
+        assert r["plan_kind"] == f"EDP({M})"
+        assert (r["S"], r["B"], r["source"]) == ("4", "16", "synthetic")
+        assert r["error"] == "" and r["git_rev"] and r["v_numpy"] and r["timestamp"]
+        assert Plan.load(tmp_path / r["plan_file"]).fwd[0] == Plan.edp(4, 16, M).fwd[0]
+        assert (tmp_path / r["history_file"]).exists()
+
+
+def test_failing_and_lying_planners_are_error_rows(tmp_path):
+    cfg = _config(planners=[
+        {"name": "tests.test_bench:FailingPlanner", "seeds": [0]},
+        {"name": "tests.test_bench:LyingPlanner", "seeds": [0]},
+        {"name": "tests.test_bench:EdpPlanner", "seeds": [0], "settings": {"M": 99}},
+        {"name": "tests.test_bench:EdpPlanner", "label": "ok", "seeds": [0]},
+    ])
+    summary = run_matrix(cfg, tmp_path, progress=False, log=lambda _msg: None)
+    assert (summary.ran, summary.errors) == (4, 3)
+    rows = {r["planner"]: r for r in read_rows(tmp_path / "leaderboard.csv")}
+    assert "planner exploded on purpose" in rows["tests.test_bench:FailingPlanner"]["error"]
+    assert "simulator gives" in rows["tests.test_bench:LyingPlanner"]["error"]
+    assert "M <= B" in rows["tests.test_bench:EdpPlanner"]["error"]
+    for r in rows.values():  # error rows are complete rows: baselines still filled in
+        assert r["T_gpipe_edp"] and r["problem"] == PROBLEM
+    assert rows["ok"]["error"] == ""
+    # error rows count as done ...
+    assert run_matrix(cfg, tmp_path, progress=False, log=lambda _m: None).ran == 0
+    # ... unless asked to retry them
+    again = run_matrix(cfg, tmp_path, progress=False, retry_errors=True, log=lambda _m: None)
+    assert (again.ran, again.errors) == (3, 3)
+    assert len(read_rows(tmp_path / "leaderboard.csv")) == 4
+
+
+def test_second_run_does_no_work(tmp_path, monkeypatch):
+    log = tmp_path / "plans.log"
+    monkeypatch.setenv("UMPIPE_TEST_PLAN_LOG", str(log))
+    first = run_matrix(_config(), tmp_path / "out", progress=False)
+    before = (tmp_path / "out" / "leaderboard.csv").read_bytes()
+    second = run_matrix(_config(), tmp_path / "out", progress=False)
+    assert (first.ran, second.ran, second.skipped) == (3, 0, 3)
+    assert len(log.read_text().splitlines()) == 3
+    assert (tmp_path / "out" / "leaderboard.csv").read_bytes() == before
+
+
+def test_a_changed_setting_is_a_new_cell(tmp_path):
+    run_matrix(_config(), tmp_path, progress=False)
+    cfg = _config(bench={"problems": [PROBLEM], "seeds": [0], "budgets": ["evals:400"]})
+    s = run_matrix(cfg, tmp_path, progress=False)
+    assert s.ran == 2  # new budget -> new keys
+    assert len(Leaderboard(tmp_path / "leaderboard.csv")) == 5
+
+
+def test_jobs_give_the_same_rows(tmp_path):
+    run_matrix(_config(), tmp_path / "a", progress=False)
+    run_matrix(_config(), tmp_path / "b", progress=False, jobs=2)
+
+    def strip(path: Path):
+        return sorted((r["planner"], r["seed"], r["T_pred"], r["speedup_vs_1f1b"])
+                      for r in read_rows(path / "leaderboard.csv"))
+
+    assert strip(tmp_path / "a") == strip(tmp_path / "b")
+
+
+def test_measured_times_are_joined(tmp_path):
+    run_matrix(_config(), tmp_path, progress=False)
+    row = next(r for r in read_rows(tmp_path / "leaderboard.csv") if r["planner"] == "edp2")
+    real = tmp_path / "real"
+    real.mkdir()
+    T = float(row["T_pred"])
+    with open(real / "run1.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, ["problem", "plan", "engine", "schedule", "mode",
+                                "predicted_time", "measured_median", "date", "error"])
+        w.writeheader()
+        w.writerow({"problem": PROBLEM, "plan": Path(row["plan_file"]).stem, "engine": "umpipe",
+                    "schedule": "gpipe", "mode": "stash", "predicted_time": T,
+                    "measured_median": T * 1.25, "date": "2025-01-01T00:00:00Z", "error": ""})
+        w.writerow({"problem": PROBLEM, "plan": "peer", "engine": "torch", "schedule": "gpipe",
+                    "mode": "stash", "predicted_time": T, "measured_median": T * 9,
+                    "date": "2025-01-01T00:00:00Z", "error": ""})
+    run_matrix(_config(), tmp_path, progress=False)  # nothing to run; joins the new file
+    rows = {r["planner"] + r["seed"]: r for r in read_rows(tmp_path / "leaderboard.csv")}
+    assert float(rows["edp20"]["T_measured"]) == pytest.approx(T * 1.25)
+    assert float(rows["edp20"]["model_error"]) == pytest.approx(0.25)
+    assert rows["edp20"]["measured_in"] == "real/run1.csv"
+    assert rows["edp40"]["T_measured"] == ""
+
+
+def test_not_a_leaderboard_is_refused(tmp_path):
+    (tmp_path / "leaderboard.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a leaderboard"):
+        run_matrix(_config(), tmp_path, progress=False)

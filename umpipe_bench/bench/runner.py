@@ -1,0 +1,271 @@
+"""The runner: one matrix -> one leaderboard, cell by cell, resumable.
+
+For each cell not yet in the leaderboard (key: problem, planner, seed, mode, budget, settings
+hash) the runner builds the planner, plans, re-simulates the plan (the simulator, not the
+planner's own evaluator, gives ``T_pred``: a planner that misreports is an error row), saves
+the plan and its search history, compares with the best GPipe-EDP and 1F1B-EDP of the same
+problem and mode (:mod:`.baselines`), and rewrites the leaderboard atomically. Any exception
+inside a cell becomes that cell's ``error``; only an interrupt stops the batch, and then every
+finished cell is already on disk.
+
+Layout of an output folder::
+
+    leaderboard.csv      one row per cell (see leaderboard.COLUMNS)
+    baselines.json       best EDP per (problem, mode), a cache
+    plans/<cell>.json    the plan each cell found (umpipe-plan/1)
+    histories/<cell>.json  the planner's per-generation / per-trial records
+    real/*.csv           written by `umpipe-bench execute`: joined as measured times
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..problem import Problem, atomic_write_text
+from .baselines import BaselineCache
+from .config import BenchConfig, Cell, planner_class
+from .leaderboard import Leaderboard, flatten_settings
+from .measured import MeasuredIndex
+from .provenance import git_revision, timestamp, versions
+
+__all__ = ["BenchError", "RunSummary", "history_records", "run_cell", "run_matrix",
+           "select_cells"]
+
+
+class BenchError(RuntimeError):
+    """A cell's result is inconsistent (e.g. the planner's T disagrees with the simulator)."""
+
+
+@dataclass
+class RunSummary:
+    """What one ``run_matrix`` call did."""
+
+    total: int
+    skipped: int
+    ran: int
+    errors: int
+    seconds: float
+    leaderboard: Path
+
+    def __str__(self) -> str:
+        return (f"{self.total} cells: {self.ran} run ({self.errors} with errors), "
+                f"{self.skipped} already done; {self.seconds:.1f} s; leaderboard "
+                f"{self.leaderboard}")
+
+
+def _jsonable(v: Any) -> Any:
+    if hasattr(v, "tolist"):  # numpy scalars and arrays
+        return v.tolist()
+    return str(v)
+
+
+def history_records(history: Any) -> list[dict[str, Any]]:
+    """A planner's history as a list of dicts (a DEAP Logbook already is one)."""
+    if history is None:
+        return []
+    return [dict(r) for r in history]
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, default=_jsonable) + "\n")
+
+
+def _load_problem(name: str) -> Problem:
+    from ..registry import get_problem
+
+    return get_problem(name)
+
+
+def run_cell(cell: Cell, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Run one cell and return its result columns; a failure is returned as ``error``.
+
+    Writes ``plans/<slug>.json`` and ``histories/<slug>.json`` under ``out_dir``.
+    """
+    from ..simulator import simulate
+
+    out = Path(out_dir)
+    row: dict[str, Any] = {**flatten_settings(cell.settings)}
+    try:
+        problem = _load_problem(cell.problem)
+        planner = planner_class(cell.planner_name)(**cell.settings)
+        row.update(flatten_settings(getattr(planner, "settings", cell.settings)))
+        res = planner.plan(problem, mode=cell.mode, budget=cell.budget, seed=cell.seed)
+        T = float(simulate(problem, res.plan, res.schedule).iteration_time)
+        if not math.isclose(T, res.iteration_time, rel_tol=1e-6, abs_tol=1e-12):
+            raise BenchError(
+                f"planner {cell.planner!r} reported T = {res.iteration_time!r} s but the "
+                f"simulator gives {T!r} s for its plan ({res.schedule} schedule)"
+            )
+        row.update(flatten_settings(res.settings or {}))
+        plan_rel = f"plans/{cell.slug}.json"
+        hist_rel = f"histories/{cell.slug}.json"
+        res.plan.save(out / plan_rel)
+        _write_json(out / hist_rel, {
+            "problem": cell.problem, "planner": cell.planner, "seed": cell.seed,
+            "mode": cell.mode, "budget": cell.budget, "settings_hash": cell.settings_hash,
+            "start_time": res.start_time, "iteration_time": T,
+            "evaluations": res.evaluations, "wall_time": res.wall_time,
+            "records": history_records(res.history),
+        })
+        row.update({
+            "schedule": res.schedule,
+            "plan_kind": res.plan.describe(),
+            "T_pred": T,
+            "T_start": res.start_time,
+            "evaluations": res.evaluations,
+            "wall_time": res.wall_time,
+            "plan_file": plan_rel,
+            "history_file": hist_rel,
+            "error": "",
+        })
+    except Exception as exc:  # a failing cell is a row (nevergrad's habit)
+        last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+        where = f" [{Path(last[0].filename).name}:{last[0].lineno}]" if last else ""
+        row["error"] = f"{type(exc).__name__}: {exc}{where}".replace("\n", " ")
+    return row
+
+
+def _problem_columns(name: str, cache: dict[str, Problem | Exception]) -> dict[str, Any]:
+    if name not in cache:
+        try:
+            cache[name] = _load_problem(name)
+        except Exception as exc:
+            cache[name] = exc
+    p = cache[name]
+    if isinstance(p, Exception):
+        return {"problem": name}
+    return {"problem": name, "S": p.S, "B": p.B, "source": p.source, "device": p.device,
+            "model": p.provenance.get("model", "")}
+
+
+def _assemble(cell: Cell, result: dict[str, Any], problems: dict[str, Problem | Exception],
+              baselines: BaselineCache, measured: MeasuredIndex) -> dict[str, Any]:
+    row = _problem_columns(cell.problem, problems)
+    row.update({"planner": cell.planner, "planner_name": cell.planner_name, "seed": cell.seed,
+                "mode": cell.mode, "budget": cell.budget, "settings_hash": cell.settings_hash})
+    row.update(result)
+    problem = problems.get(cell.problem)
+    if isinstance(problem, Problem):
+        try:
+            base = baselines.get(problem, cell.mode)
+            row.update({"T_gpipe_edp": base["gpipe"].T, "M_gpipe_edp": base["gpipe"].M,
+                        "T_1f1b_edp": base["1f1b"].T, "M_1f1b_edp": base["1f1b"].M})
+            if not row.get("error"):
+                row["speedup_vs_gpipe"] = base["gpipe"].T / row["T_pred"] - 1.0
+                row["speedup_vs_1f1b"] = base["1f1b"].T / row["T_pred"] - 1.0
+        except Exception as exc:
+            row["error"] = row.get("error") or f"baseline: {type(exc).__name__}: {exc}"
+    elif not row.get("error"):
+        row["error"] = f"problem: {problem}"
+    row.update(measured.columns(row))
+    row.update(versions())
+    row["git_rev"] = git_revision()
+    row["timestamp"] = timestamp()
+    return row
+
+
+def select_cells(cells: Sequence[Cell], *, limit: int | None = None,
+                 shard: tuple[int, int] | None = None) -> list[Cell]:
+    """Trim a matrix: the first ``limit`` cells (nevergrad's ``cap_index``), then every
+    ``n``-th from ``i`` for ``shard=(i, n)`` (several machines, one matrix each part)."""
+    out = list(cells)
+    if limit is not None:
+        if limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {limit}")
+        out = out[:limit]
+    if shard is not None:
+        i, n = shard
+        if not 0 <= i < n:
+            raise ValueError(f"--shard I/N needs 0 <= I < N, got {i}/{n}")
+        out = out[i::n]
+    return out
+
+
+def _executor(jobs: int) -> ProcessPoolExecutor:
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+
+
+def _results(cells: Sequence[Cell], out: Path, jobs: int) -> Iterable[tuple[Cell, dict]]:
+    """(cell, result) in completion order; in this process when ``jobs == 1``."""
+    if jobs <= 1:
+        for c in cells:
+            yield c, run_cell(c, out)
+        return
+    with _executor(jobs) as ex:
+        todo = list(cells)
+        running: dict[Future, Cell] = {}
+        try:
+            while todo or running:
+                while todo and len(running) < jobs:
+                    c = todo.pop(0)
+                    running[ex.submit(run_cell, c, out)] = c
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    yield running.pop(f), f.result()
+        finally:
+            for f in running:
+                f.cancel()
+
+
+def run_matrix(
+    config: BenchConfig,
+    out_dir: str | os.PathLike[str] = "results",
+    *,
+    limit: int | None = None,
+    shard: tuple[int, int] | None = None,
+    jobs: int = 1,
+    retry_errors: bool = False,
+    progress: bool | None = None,
+    log: Callable[[str], None] | None = None,
+) -> RunSummary:
+    """Run every cell of ``config`` not already in ``out_dir/leaderboard.csv``.
+
+    ``progress=None`` shows a tqdm bar only on a terminal. Error rows count as done unless
+    ``retry_errors``. Returns what was done; the leaderboard is complete after every cell.
+    """
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    config.check_planners()
+    cells = select_cells(config.cells(), limit=limit, shard=shard)
+    board = Leaderboard(out / "leaderboard.csv")
+    measured = MeasuredIndex.load(out / "real")
+    if measured and measured.refresh(board.rows):
+        board.write()
+    done = board.done(with_errors=not retry_errors)
+    pending = [c for c in cells if c.key() not in done]
+    problems: dict[str, Problem | Exception] = {}
+    baselines = BaselineCache(out / "baselines.json")
+    errors = 0
+    bar = tqdm(total=len(cells), initial=len(cells) - len(pending), unit="cell",
+               desc=f"bench {config.name}", disable=(None if progress is None else not progress),
+               dynamic_ncols=True)
+    try:
+        for cell, result in _results(pending, out, jobs):
+            row = _assemble(cell, result, problems, baselines, measured)
+            board.add(row)
+            if row.get("error"):
+                errors += 1
+                msg = f"error in {cell.slug}: {row['error']}"
+                (log or bar.write)(msg)
+            bar.set_postfix_str(f"{cell.problem} {cell.planner}", refresh=False)
+            bar.update()
+    finally:
+        bar.close()
+    if not board.path.exists():
+        board.write()  # an empty matrix slice still leaves a (header-only) leaderboard
+    return RunSummary(len(cells), len(cells) - len(pending), len(pending), errors,
+                      time.perf_counter() - t0, board.path)
