@@ -88,19 +88,21 @@ def bottleneck(costs: Sequence[float], layers_per_stage: Sequence[int]) -> float
 
 def balanced_partition(costs: Sequence[float], S: int) -> tuple[int, ...]:
     """Split layers with times ``costs`` into ``S`` contiguous non-empty stages, minimizing the
-    slowest stage's time; ties go to the lexicographically smallest ``layers_per_stage``.
+    slowest stage's time; among the optimal groupings, the one with the least sum of squared
+    stage times (the most even), then the lexicographically smallest ``layers_per_stage``.
 
     Algorithm (exact, O(S * n^2) for n layers; the classic linear-partition DP):
 
-    1. Prefix sums ``P``; a segment ``[i, j)`` costs ``P[j] - P[i]`` (always computed the same
-       way, so equal segments compare equal).
+    1. Prefix sums ``P``; a segment ``[i, j)`` costs ``seg(i, j) = P[j] - P[i]`` (always
+       computed the same way, so equal segments compare equal and the ties below are exact).
     2. ``f[j][i]`` = the least possible bottleneck of layers ``i..n-1`` on ``j`` stages:
-       ``f[1][i] = seg(i, n)``, ``f[j][i] = min_{k>i} max(seg(i, k), f[j-1][k])`` with at least
-       one layer per remaining stage.
-    3. ``V = f[S][0]`` is the optimum. Rebuild greedily: at each stage take the fewest layers
-       ``k - i`` such that ``seg(i, k) <= V`` and the rest still fits in ``j-1`` stages
-       (``f[j-1][k] <= V``). Taking the fewest layers first yields the lexicographically
-       smallest optimal grouping, which makes the answer deterministic.
+       ``f[1][i] = seg(i, n)``, ``f[j][i] = min_{k>i} max(seg(i, k), f[j-1][k])`` keeping at
+       least one layer per remaining stage. ``V = f[S][0]`` is the optimum.
+    3. Tie-break: ``g[j][i]`` = the least sum of squared stage times of layers ``i..n-1`` on
+       ``j`` stages with every stage ``<= V``:
+       ``g[j][i] = min_{k>i, seg(i,k) <= V} seg(i, k)**2 + g[j-1][k]``.
+    4. Rebuild from stage 0: take the smallest ``k`` reaching ``g[j][i]``. The answer is a
+       deterministic function of ``costs`` (no dict or set order, no randomness).
     """
     n = len(costs)
     if isinstance(S, bool) or not isinstance(S, int) or S < 1:
@@ -118,28 +120,35 @@ def balanced_partition(costs: Sequence[float], S: int) -> tuple[int, ...]:
         return P[k] - P[i]
 
     inf = math.inf
-    # f[j][i] for j = 1..S stages covering layers i..n-1 (needs n - i >= j).
+    # step 2: f[j][i] for j stages covering layers i..n-1 (needs n - i >= j)
     f = [[inf] * (n + 1) for _ in range(S + 1)]
     for i in range(n):
         f[1][i] = seg(i, n)
     for j in range(2, S + 1):
         for i in range(n - j + 1):
-            best = inf
-            for k in range(i + 1, n - j + 2):
-                v = max(seg(i, k), f[j - 1][k])
-                if v < best:
-                    best = v
-            f[j][i] = best
+            f[j][i] = min(max(seg(i, k), f[j - 1][k]) for k in range(i + 1, n - j + 2))
     V = f[S][0]
+    # step 3: g[j][i], least sum of squares with every stage <= V (inf where infeasible)
+    g = [[inf] * (n + 1) for _ in range(S + 1)]
+    for i in range(n):
+        if seg(i, n) <= V:
+            g[1][i] = seg(i, n) ** 2
+    for j in range(2, S + 1):
+        for i in range(n - j + 1):
+            g[j][i] = min(
+                (seg(i, k) ** 2 + g[j - 1][k] for k in range(i + 1, n - j + 2) if seg(i, k) <= V),
+                default=inf,
+            )
+    # step 4: rebuild, smallest k first
     out: list[int] = []
     i = 0
     for j in range(S, 1, -1):
         for k in range(i + 1, n - j + 2):
-            if seg(i, k) <= V and f[j - 1][k] <= V:
+            if seg(i, k) <= V and seg(i, k) ** 2 + g[j - 1][k] == g[j][i]:
                 out.append(k - i)
                 i = k
                 break
-        else:  # pragma: no cover - impossible by construction of V
+        else:  # pragma: no cover - impossible: g[j][i] is attained by some k
             raise AssertionError("balanced_partition: reconstruction failed")
     out.append(n - i)
     return tuple(out)
