@@ -11,6 +11,8 @@ Sends are asynchronous (``isend``); the sender keeps each tensor alive until its
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +21,7 @@ import torch.distributed as dist
 
 from .errors import PeerLostError, ShapeMismatchError
 
-__all__ = ["KIND_ACT", "KIND_GRAD", "KIND_PROBE", "Channel", "describe"]
+__all__ = ["KIND_ACT", "KIND_GRAD", "KIND_PROBE", "Channel", "Prefetcher", "describe"]
 
 KIND_ACT = 1
 KIND_GRAD = 2
@@ -151,3 +153,48 @@ class Channel:
         except Exception as exc:
             raise PeerLostError(self.stage, self.peer, f"receiving {what}", exc) from exc
         return payload
+
+
+class Prefetcher:
+    """Receive one iteration's incoming stream on a background thread, in producer order.
+
+    The consumer's schedule fixes which producer microbatches arrive and in what order, so a
+    thread can post each receive (header, check, payload) as soon as the previous one is done:
+    transfers then overlap the consumer's compute, as the model assumes (sends are async,
+    MODEL.md §4), instead of starting only when the consumer asks. Errors (a shape mismatch, a
+    lost peer) are handed to the consumer when it reaches that microbatch. gloo only: NCCL
+    wants every rank to issue its operations from one thread in a consistent order.
+    """
+
+    def __init__(
+        self,
+        channel: Channel,
+        kind: int,
+        ranges: Sequence[tuple[int, int]],
+        tail: Sequence[int],
+        dtype: torch.dtype | None,
+    ) -> None:
+        self._q: queue.SimpleQueue[torch.Tensor | BaseException] = queue.SimpleQueue()
+        self._args = (channel, kind, list(ranges), tuple(tail), dtype)
+        self._thread = threading.Thread(
+            target=self._loop, name=f"umpipe-recv-{channel.stage}-from-{channel.peer}", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        channel, kind, ranges, tail, dtype = self._args
+        try:
+            for k, (a, b) in enumerate(ranges):
+                self._q.put(channel.recv(kind, k, a, b, tail, dtype))
+        except BaseException as exc:  # handed to the consumer thread
+            self._q.put(exc)
+
+    def get(self, k: int, a: int, b: int) -> torch.Tensor:
+        """Producer microbatch ``k`` (the consumer asks in order)."""
+        item = self._q.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def join(self) -> None:
+        self._thread.join()

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .comm import KIND_ACT, KIND_GRAD, Channel
+from .comm import KIND_ACT, KIND_GRAD, Channel, Prefetcher
 from .rechunk import ChunkStream, SampleBuffer
 
 __all__ = ["IterStats", "StageContext", "run_ops"]
@@ -48,6 +48,8 @@ class StageContext:
     in_dtype: torch.dtype | None = None
     out_tail: tuple[int, ...] = ()
     out_dtype: torch.dtype | None = None
+    #: receive each incoming stream on a background thread (gloo; see comm.Prefetcher)
+    prefetch: bool = False
     #: called with the running op number before each op (fault injection in tests)
     before_op: Callable[[int], None] | None = None
     op_counter: int = field(default=0)
@@ -108,30 +110,28 @@ def run_ops(
         return inner
 
     current = [""]
+    prefetchers: list[Prefetcher] = []
+
+    def source(
+        ch: Channel, kind: int, sizes: Sequence[int], tail: tuple[int, ...], dt: torch.dtype | None
+    ) -> ChunkStream:
+        if ctx.prefetch:
+            pf = Prefetcher(ch, kind, _ranges(sizes), tail, dt)
+            prefetchers.append(pf)
+            return ChunkStream(sizes, timed(pf.get))
+        return ChunkStream(
+            sizes,
+            timed(lambda k, a, b: ch.recv(kind, k, a, b, tail, dt, context=f"for {current[0]}")),
+        )
+
     acts: ChunkStream | None = None
     grads: ChunkStream | None = None
     if not ctx.first:
         assert ctx.prev is not None and up_sizes is not None
-        prev = ctx.prev
-        acts = ChunkStream(
-            up_sizes,
-            timed(
-                lambda k, a, b: prev.recv(
-                    KIND_ACT, k, a, b, ctx.in_tail, ctx.in_dtype, context=f"for {current[0]}"
-                )
-            ),
-        )
+        acts = source(ctx.prev, KIND_ACT, up_sizes, ctx.in_tail, ctx.in_dtype)
     if not ctx.last:
         assert ctx.next is not None and down_sizes is not None
-        nxt = ctx.next
-        grads = ChunkStream(
-            down_sizes,
-            timed(
-                lambda k, a, b: nxt.recv(
-                    KIND_GRAD, k, a, b, ctx.out_tail, ctx.out_dtype, context=f"for {current[0]}"
-                )
-            ),
-        )
+        grads = source(ctx.next, KIND_GRAD, down_sizes, ctx.out_tail, ctx.out_dtype)
 
     fwd_ranges = _ranges(fwd_sizes)
     stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -223,9 +223,11 @@ def run_ops(
         busy += time.perf_counter() - t0 - (wait[0] - w0)
     if stash:
         raise RuntimeError(f"stage {s}: forward microbatches {sorted(stash)} never ran backward")
+    t = time.perf_counter()
+    for pf in prefetchers:
+        pf.join()
     for ch in (ctx.prev, ctx.next):
         if ch is not None:
-            t = time.perf_counter()
             ch.wait()
-            wait[0] += time.perf_counter() - t
+    wait[0] += time.perf_counter() - t
     return IterStats(loss=loss_total if ctx.last else None, compute_s=busy, wait_s=wait[0])

@@ -63,6 +63,7 @@ class RunSpec:
     threads: int = 1
     out_dir: str = "."
     dump_grads: bool = False
+    prefetch: bool = True
     problem: str = ""
 
     @property

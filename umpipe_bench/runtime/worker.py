@@ -181,6 +181,7 @@ def run_worker(spec: RunSpec, rank: int, world: int) -> dict[str, Any] | None:
         targets=targets.to(device) if rank == S - 1 else None,
         prev=Channel(rank, rank - 1, device) if rank > 0 else None,
         next=Channel(rank, rank + 1, device) if rank < S - 1 else None,
+        prefetch=spec.prefetch and spec.backend == "gloo",
     )
     _probe(ctx, ctx.inputs[:1] if ctx.inputs is not None else None)
     _trace(rank, "stage built and shapes probed")

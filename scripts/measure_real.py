@@ -1,0 +1,250 @@
+#!/usr/bin/env python
+"""The real result of issue 5: planner plan vs the best EDP GPipe and 1F1B plans, executed.
+
+For each problem:
+
+1. the best EDP(M) plan under ``gpipe`` and under ``1f1b`` by the simulator (every M, stash
+   and recompute);
+2. the best plan a registered planner finds (``--planner``, both memory modes); when no planner
+   is registered, a seeded local search over cut bits started from the best EDP plan, so the
+   machinery can still be validated (the report says which);
+3. ``umpipe-bench execute`` on all of them in one run, measured alternately, plus
+   torch.distributed.pipelining on the EDP stash plans (peer check);
+
+then writes ``results/real/<problem>.csv`` / ``.json`` and ``results/real/README.md``.
+Timings on a shared machine are noisy: medians of alternating rounds, paired ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import random
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from umpipe_bench.plan import Plan  # noqa: E402
+from umpipe_bench.problem import Problem  # noqa: E402
+from umpipe_bench.registry import get_planner, get_problem, planner_names  # noqa: E402
+from umpipe_bench.simulator import simulate  # noqa: E402
+
+
+def predict(problem: Problem, plan: Plan, schedule: str) -> float:
+    return simulate(problem, plan, schedule).iteration_time
+
+
+def best_edp(problem: Problem, schedule: str, divides: bool = False) -> tuple[Plan, float]:
+    """The fastest EDP(M) plan under ``schedule`` over every M and both memory modes."""
+    best: tuple[Plan, float] | None = None
+    for M in range(1, problem.B + 1):
+        if divides and problem.B % M:
+            continue
+        for mode in ("stash",) if divides else ("stash", "recompute"):
+            plan = Plan.edp(problem.S, problem.B, M, mode)
+            t = predict(problem, plan, schedule)
+            if best is None or t < best[1]:
+                best = (plan, t)
+    assert best is not None
+    return best
+
+
+def local_search(
+    problem: Problem, start: Plan, *, evals: int, seed: int
+) -> tuple[Plan, float]:
+    """Seeded first-improvement search over cut bits (MODEL.md §2) under ``gpipe``."""
+    rng = random.Random(seed)
+    fbits, bbits = start.to_bits()
+    best_t = predict(problem, start, "gpipe")
+    best = start
+    if problem.B < 2:
+        return best, best_t
+    for _ in range(evals):
+        f = [list(b) for b in fbits]
+        g = [list(b) for b in bbits]
+        for _ in range(rng.choice((1, 1, 2, 3))):
+            s = rng.randrange(problem.S)
+            i = rng.randrange(problem.B - 1)
+            target = f if (start.mode == "stash" or rng.random() < 0.5) else g
+            target[s][i] ^= 1
+        plan = Plan.from_bits(f, None if start.mode == "stash" else g, start.mode)
+        t = predict(problem, plan, "gpipe")
+        if t <= best_t:
+            best, best_t, fbits, bbits = plan, t, f, g
+    return best, best_t
+
+
+def planned(problem: Problem, names: list[str], budget: str, seed: int) -> tuple[Plan, float, str]:
+    """Best plan of the first available planner over both modes, else local search."""
+    available = set(planner_names())
+    for name in names:
+        if name.lower() not in available:
+            continue
+        best: tuple[Plan, float, str] | None = None
+        for mode in ("stash", "recompute"):
+            res = get_planner(name).plan(problem, mode=mode, budget=budget, seed=seed)
+            if res.schedule != "gpipe" and res.schedule != res.plan.meta.get("schedule"):
+                res.plan.meta["schedule"] = res.schedule
+            if best is None or res.iteration_time < best[1]:
+                best = (res.plan, res.iteration_time, f"{name} ({res.evaluations} evals)")
+        assert best is not None
+        return best
+    start_s, _ = best_edp(problem, "gpipe")
+    cands = []
+    for mode in ("stash", "recompute"):
+        start = Plan(fwd=start_s.fwd, bwd=start_s.bwd, mode=mode)
+        plan, t = local_search(problem, start, evals=3000, seed=seed)
+        cands.append((plan, t))
+    plan, t = min(cands, key=lambda c: c[1])
+    return plan, t, f"local search (no planner among {names} registered; 2 x 3000 evals)"
+
+
+def save_plan(plan: Plan, path: Path, label: str, schedule: str) -> Path:
+    meta = dict(plan.meta)
+    meta.update({"label": label, "schedule": schedule})
+    Plan(fwd=plan.fwd, bwd=plan.bwd, mode=plan.mode, meta=meta).save(path)
+    return path
+
+
+def paired(a: list[float], b: list[float]) -> float:
+    """Median over rounds of a[i] / b[i]."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
+    problem = get_problem(problem_name)
+    out = Path(args.out)
+    pdir = out / problem.name
+    pdir.mkdir(parents=True, exist_ok=True)
+    g_plan, g_t = best_edp(problem, "gpipe")
+    o_plan, o_t = best_edp(problem, "1f1b")
+    u_plan, u_t, how = planned(problem, args.planner, args.budget, args.seed)
+    u_sched = str(u_plan.meta.get("schedule", "gpipe"))
+    specs = [
+        save_plan(g_plan, pdir / "edp-gpipe.json", f"gpipe-{g_plan.describe()}-{g_plan.mode}",
+                  "gpipe"),
+        save_plan(o_plan, pdir / "edp-1f1b.json", f"1f1b-{o_plan.describe()}-{o_plan.mode}",
+                  "1f1b"),
+        save_plan(u_plan, pdir / "planned.json", f"planned-{u_plan.mode}", u_sched),
+    ]
+    # the peer check needs stash EDP plans whose M divides B (pytorch#126600)
+    for sched, (p, _t) in (("gpipe", (g_plan, g_t)), ("1f1b", (o_plan, o_t))):
+        if p.mode != "stash" or problem.B % len(p.fwd[0]):
+            q, _ = best_edp(problem, sched, divides=True)
+            specs.append(save_plan(q, pdir / f"edp-{sched}-peer.json",
+                                   f"{sched}-{q.describe()}-stash-peer", sched))
+    per_round = sum(predict(problem, Plan.load(s), str(Plan.load(s).meta["schedule"]))
+                    for s in specs) * 1.6  # + the torch entries
+    iters = args.iters or max(5, min(30, int(args.seconds / max(per_round, 1e-9))))
+    cmd = [
+        sys.executable, "-c", "import sys; from umpipe_bench.cli import main; sys.exit(main())",
+        "execute", "--problem", problem_name, "--plan", str(specs[0]),
+        *[a for s in specs[1:] for a in ("--vs", str(s))],
+        "--iters", str(iters), "--warmup", str(args.warmup), "--threads", "1",
+        "--json", "--csv", str(out / f"{problem.name}.csv"), "--run-dir", str(pdir / "run"),
+    ]
+    print(f"[{problem.name}] {len(specs)} plans, {iters} iterations each: {' '.join(cmd[3:])}",
+          flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"[{problem.name}] execute failed ({proc.returncode}):\n{proc.stderr}")
+    data = json.loads(proc.stdout)
+    data["planner"] = how
+    data["plans"] = {str(s.name): Plan.load(s).to_dict() for s in specs}
+    (out / f"{problem.name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def markdown(results: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "# Real execution results (issue 5)",
+        "",
+        f"Generated by `scripts/measure_real.sh` on "
+        f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}. One process per stage "
+        "(gloo, 1 thread each), plans timed alternately after warm-up in one run; medians; "
+        "speedups are medians of per-round ratios. The machine is shared with other work, so "
+        "absolute times drift; compare ratios within a table.",
+        "",
+    ]
+    for name, data in results.items():
+        rows = data["rows"]
+        res = data["result"]
+        lines += [
+            f"## {name}",
+            "",
+            f"Planner: {data['planner']}. {res['iters']} iterations per plan after "
+            f"{res['warmup']} warm-up; torch {res['torch']}, backend {res['backend']}, "
+            f"{res['world_size']} processes.",
+            "",
+            "| plan | engine | schedule | mode | kind | predicted ms | measured ms (p10-p90) "
+            "| model error | speedup meas. | speedup pred. | meas./pred. | ours/torch |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            def f(x: Any, fmt: str) -> str:
+                return "-" if x in (None, "") else format(x, fmt)
+
+            lines.append(
+                f"| {r['plan']} | {r['engine']} | {r['schedule']} | {r['mode']} | "
+                f"{r['plan_kind']} | {f(r['predicted_time'] and r['predicted_time'] * 1e3, '.1f')} | "
+                f"{r['measured_median'] * 1e3:.1f} ({r['measured_p10'] * 1e3:.1f}-"
+                f"{r['measured_p90'] * 1e3:.1f}) | {f(r['model_error'], '+.1%')} | "
+                f"{f(r['speedup_measured'], '.3f')} | {f(r['speedup_predicted'], '.3f')} | "
+                f"{f(r['speedup_ratio'], '.2f')} | {f(r['peer_ratio'], '.3f')} |"
+            )
+        ent = {e["label"]: e for e in res["entries"]}
+        planned = next(r for r in rows if r["plan"].startswith("planned"))
+        lines.append("")
+        for base in rows[:2]:
+            sp = paired(ent[base["plan"]]["times"], ent[planned["plan"]]["times"])
+            pred = (base["predicted_time"] / planned["predicted_time"]
+                    if planned["predicted_time"] else None)
+            ok = "meets" if pred and sp >= 0.8 * pred else "misses"
+            lines.append(
+                f"- {planned['plan']} vs {base['plan']}: measured speedup {sp:.3f}, predicted "
+                f"{pred:.3f} ({ok} the >= 0.8x goal)."
+            )
+        errs = [abs(r["model_error"]) for r in rows if r["model_error"] is not None
+                and r["engine"] == "umpipe"]
+        if errs:
+            lines.append(
+                f"- median |model error| over our plans: {statistics.median(errs):.1%} (goal <= 10%)."
+            )
+        peers = [r for r in rows if r["peer_ratio"] is not None]
+        for r in peers:
+            lines.append(f"- ours/torch.pipelining on {r['plan']}: {r['peer_ratio']:.3f} "
+                         "(goal <= 1.05).")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("problems", nargs="*", default=["gpt1-mini-s2", "vgg16-mini-s2"])
+    ap.add_argument("--planner", action="append", default=None,
+                    help="planner names to try in order (default: tidgap, dgap)")
+    ap.add_argument("--budget", default=None, help="planner budget, e.g. evals:20000")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--iters", type=int, default=0, help="0: fit --seconds")
+    ap.add_argument("--seconds", type=float, default=240.0,
+                    help="target measured seconds per problem when --iters is 0")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "results" / "real"))
+    args = ap.parse_args()
+    args.planner = args.planner or ["tidgap", "dgap"]
+    results = {name: measure(name, args) for name in args.problems}
+    md = markdown(results)
+    Path(args.out, "README.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
