@@ -1,0 +1,184 @@
+"""Whole-population evaluation of the gpipe recurrence (MODEL.md §4): TiDGAP's first level.
+
+A population is two uint8 arrays of cut bits, ``fbits`` and ``bbits``, shape ``[N, S, B-1]``
+(MODEL.md §2's encoding: bit ``i`` of stage ``s`` = a microbatch boundary after sample
+``i+1``); in stash mode ``bbits`` is ``fbits``. :class:`PopulationEvaluator` returns the
+iteration time ``T`` of every individual. Backends:
+
+``numba``
+    compiled loops, the reference recurrence's exact arithmetic: bit-identical to
+    :func:`umpipe_bench.simulator.gpipe_recurrence` (fastest on a CPU; about 10x the numpy form).
+``numpy``
+    MODEL.md §4's closed form (cumsum/cummax) over individuals x sample positions: the paper's
+    matrix formulation; equal to the reference to ~1e-14 relative.
+``torch``
+    the same closed form on a torch device (``device=`` setting; pays on a GPU with large
+    populations); torch is imported only when this backend is chosen.
+``python``
+    the reference itself, one individual at a time (what DGAP does): for comparisons.
+``auto``
+    numba when it imports, else numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..plan import Plan
+from ..problem import Problem
+from ..simulator import gpipe_recurrence
+from ._closed_form import NUMPY_OPS, closed_form_backward, closed_form_forward
+
+__all__ = ["BACKENDS", "PopulationEvaluator", "bits_to_plan", "plan_to_bits", "plans_to_bits"]
+
+BACKENDS = ("auto", "numba", "numpy", "torch", "python")
+
+
+def _numba_kernels() -> Any:
+    try:
+        from . import _kernels
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return None
+    return _kernels
+
+
+def plan_to_bits(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """A plan -> ``(fbits, bbits)``, each uint8 ``[S, B-1]`` (MODEL.md §2 encoding)."""
+    S, B = plan.S, plan.B
+    fb = np.zeros((S, B - 1), dtype=np.uint8)
+    bb = np.zeros((S, B - 1), dtype=np.uint8)
+    for arr, parts in ((fb, plan.fwd), (bb, plan.bwd)):
+        for s, sizes in enumerate(parts):
+            cuts = np.cumsum(sizes[:-1], dtype=np.int64) - 1
+            arr[s, cuts] = 1
+    return fb, bb
+
+
+def plans_to_bits(plans: Sequence[Plan]) -> tuple[np.ndarray, np.ndarray]:
+    """Several plans -> ``(fbits, bbits)`` ``[N, S, B-1]``."""
+    pairs = [plan_to_bits(p) for p in plans]
+    return np.stack([f for f, _ in pairs]), np.stack([b for _, b in pairs])
+
+
+def bits_to_plan(fb: np.ndarray, bb: np.ndarray | None, mode: str) -> Plan:
+    """``[S, B-1]`` cut bits -> :class:`Plan` (``bb`` ignored in stash mode)."""
+    S, L = fb.shape
+
+    def sizes(row: np.ndarray) -> tuple[int, ...]:
+        ends = np.flatnonzero(row) + 1
+        return tuple(np.diff(ends, prepend=0, append=L + 1).tolist())
+
+    fwd = tuple(sizes(fb[s]) for s in range(S))
+    bwd = fwd if (mode == "stash" or bb is None) else tuple(sizes(bb[s]) for s in range(S))
+    return Plan(fwd=fwd, bwd=bwd, mode=mode)
+
+
+class PopulationEvaluator:
+    """Iteration times of whole populations of cut-bit plans (MODEL.md §4, gpipe schedule).
+
+    ``evaluator(fbits, bbits)`` -> float64 ``[N]``. ``forward(fbits)`` -> ``F[s, K_s]``
+    ``[N, S]`` and ``backward(bbits, F_last)`` -> ``T`` split the two passes (the backward
+    depends on the forward only through ``F[s, K_s]``). Every call counts its rows in
+    :attr:`evaluations` (full evaluations only).
+    """
+
+    def __init__(
+        self, problem: Problem, mode: str, backend: str = "auto", device: str | None = None
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown evaluator backend {backend!r}; valid: {', '.join(BACKENDS)}")
+        self.problem = problem
+        self.mode = mode
+        self.S, self.B = problem.S, problem.B
+        tb = problem.tables()
+        S, B = self.S, self.B
+        # Contiguous float64 tables; a single stage gets empty [0, B+1] link tables.
+        self._tables = {
+            "fwd": np.ascontiguousarray(tb.fwd, dtype=np.float64),
+            "cb": np.ascontiguousarray(tb.backward(mode), dtype=np.float64),
+            "act": np.ascontiguousarray(tb.act, dtype=np.float64).reshape(max(S - 1, 0), B + 1),
+            "grad": np.ascontiguousarray(tb.grad, dtype=np.float64).reshape(max(S - 1, 0), B + 1),
+            "opt": np.ascontiguousarray(tb.opt, dtype=np.float64),
+        }
+        self._kernels = None
+        self._torch = None
+        if backend == "auto":
+            backend = "numba" if _numba_kernels() is not None else "numpy"
+        if backend == "numba":
+            self._kernels = _numba_kernels()
+            if self._kernels is None:  # pragma: no cover
+                raise ValueError("evaluator backend 'numba' needs numba installed")
+        elif backend == "torch":
+            from ._torch_backend import TorchEvaluator
+
+            self._torch = TorchEvaluator(self._tables, device)
+        self.backend = backend
+        self.evaluations = 0
+
+    # ------------------------------------------------------------------ checks
+    def _check(self, bits: np.ndarray, what: str) -> np.ndarray:
+        bits = np.asarray(bits)
+        if bits.ndim == 2:
+            bits = bits[None]
+        if bits.ndim != 3 or bits.shape[1:] != (self.S, self.B - 1):
+            raise ValueError(
+                f"{what}: expected shape [N, S={self.S}, B-1={self.B - 1}], got {bits.shape}"
+            )
+        if bits.dtype != np.uint8:
+            bits = bits.astype(np.uint8)
+        return np.ascontiguousarray(bits)
+
+    # ------------------------------------------------------------------ passes
+    def forward(self, fbits: np.ndarray) -> np.ndarray:
+        """``F[s, K_s]`` for every individual, ``[N, S]`` (MODEL.md §4 forward loop)."""
+        fb = self._check(fbits, "fbits")
+        t = self._tables
+        if self._kernels is not None:
+            out = np.empty((fb.shape[0], self.S), dtype=np.float64)
+            self._kernels.forward_pass(fb, t["fwd"], t["act"], out)
+            return out
+        if self._torch is not None:
+            return self._torch.forward(fb)
+        if self.backend == "python":
+            raise ValueError("backend 'python' evaluates whole plans only")
+        return closed_form_forward(NUMPY_OPS, fb, t["fwd"], t["act"])
+
+    def backward(self, bbits: np.ndarray, F_last: np.ndarray) -> np.ndarray:
+        """``T`` for backward bits given each individual's ``F[s, K_s]`` ``[N, S]``."""
+        bb = self._check(bbits, "bbits")
+        F_last = np.ascontiguousarray(F_last, dtype=np.float64).reshape(bb.shape[0], self.S)
+        t = self._tables
+        if self._kernels is not None:
+            out = np.empty(bb.shape[0], dtype=np.float64)
+            self._kernels.backward_pass(bb, t["cb"], t["grad"], t["opt"], F_last, out)
+            return out
+        if self._torch is not None:
+            return self._torch.backward(bb, F_last)
+        if self.backend == "python":
+            raise ValueError("backend 'python' evaluates whole plans only")
+        return closed_form_backward(NUMPY_OPS, bb, t["cb"], t["grad"], t["opt"], F_last)
+
+    def __call__(self, fbits: np.ndarray, bbits: np.ndarray | None = None) -> np.ndarray:
+        """Iteration time of every individual, float64 ``[N]`` (``bbits`` None: stash tie)."""
+        fb = self._check(fbits, "fbits")
+        bb = fb if (bbits is None or self.mode == "stash") else self._check(bbits, "bbits")
+        if bb.shape[0] != fb.shape[0]:
+            raise ValueError(f"fbits has {fb.shape[0]} individuals but bbits {bb.shape[0]}")
+        self.evaluations += fb.shape[0]
+        if self.backend == "python":
+            return np.array(
+                [gpipe_recurrence(self.problem, bits_to_plan(f, b, self.mode))
+                 for f, b in zip(fb, bb)],
+                dtype=np.float64,
+            )
+        if self._torch is not None:
+            return self._torch.evaluate(fb, bb)
+        return self.backward(bb, self.forward(fb))
+
+    def plan_time(self, plan: Plan) -> float:
+        """Iteration time of one :class:`Plan` (counts as one evaluation)."""
+        fb, bb = plan_to_bits(plan)
+        return float(self(fb[None], bb[None])[0])
