@@ -179,3 +179,10 @@ def _run_in_process(spec: Any, args: argparse.Namespace) -> dict[str, Any] | Non
         print(f"[umpipe] stage {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.stderr.flush()
         os._exit(1)
+
+
+if __name__ == "__main__":
+    # `torchrun --nproc-per-node S -m umpipe_bench.cli.execute --problem ... --plan ...`
+    from . import main
+
+    sys.exit(main(["execute", *sys.argv[1:]]))

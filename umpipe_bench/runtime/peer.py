@@ -58,7 +58,7 @@ class TorchPipelineRunner:
             self._sched.step(self.inputs)
         elif self.stage == self.S - 1:
             self._sched.step(target=self.targets, losses=losses, return_outputs=False)
-            return float(sum(float(x) for x in losses))
+            return float(sum(float(x.detach()) for x in losses))
         else:
             self._sched.step()
         return None
