@@ -2,9 +2,8 @@
 
 For one problem and memory mode, the best EDP(M) plan over all ``M in 1..B`` under the gpipe
 schedule and under 1f1b (MODEL.md §2-§3), as GPipe and PipeDream-flush would run it with the
-best microbatch count. When the planners package provides ``planners.reference.best_edp`` it
-is used; otherwise the search is done here with the simulator (the gpipe schedule through the
-plain recurrence, which equals it and is ~10x faster).
+best microbatch count: :func:`umpipe_bench.planners.reference.best_edp`, the one the planners
+and the ``plan`` CLI use (a plain simulator scan stands in where that module is absent).
 
 Results are cached per (problem, mode) in memory and in a JSON file beside the leaderboard,
 keyed by a hash of the problem's content, so a resumed run does not search again and a
@@ -53,9 +52,8 @@ def best_edp(problem: Problem, mode: str, schedule: str) -> EdpBaseline:
     """The best EDP(M) over all M under ``schedule`` (ties: the smaller M)."""
     ref = _reference_impl()
     if ref is not None:
-        res = ref(problem, mode=mode, schedule=schedule)
-        T, M = _unpack(res)
-        return EdpBaseline(schedule, mode, T, M)
+        M, T = ref(problem, mode, schedule)
+        return EdpBaseline(schedule, mode, float(T), int(M))
     best: tuple[float, int] | None = None
     for M in range(1, problem.B + 1):
         plan = Plan.edp(problem.S, problem.B, M, mode)
@@ -65,21 +63,6 @@ def best_edp(problem: Problem, mode: str, schedule: str) -> EdpBaseline:
             best = (T, M)
     assert best is not None
     return EdpBaseline(schedule, mode, float(best[0]), best[1])
-
-
-def _unpack(res: Any) -> tuple[float, int]:
-    """Accept what a reference implementation may return: (T, M), or an object with them."""
-    if isinstance(res, tuple):
-        T, M = res[0], res[1]
-        if isinstance(T, Plan):  # (plan, T)
-            T, M = M, len(T.fwd[0])
-        return float(T), int(M)
-    for t_attr, m_attr in (("T", "M"), ("iteration_time", "M")):
-        if hasattr(res, t_attr) and hasattr(res, m_attr):
-            return float(getattr(res, t_attr)), int(getattr(res, m_attr))
-    if hasattr(res, "iteration_time") and hasattr(res, "plan"):
-        return float(res.iteration_time), len(res.plan.fwd[0])
-    raise TypeError(f"planners.reference.best_edp returned {type(res).__name__}, not understood")
 
 
 def problem_digest(problem: Problem) -> str:

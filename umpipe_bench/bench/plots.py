@@ -1,0 +1,227 @@
+"""The report's pictures (matplotlib, Agg backend; every file written atomically).
+
+* ``speedup.png``: per problem, the best plan's speedup over the best GPipe-EDP and 1F1B-EDP
+  plans (one bar per memory mode) beside the paper's figure for that workload;
+* ``convergence.png``: best-so-far speedup vs GPipe-EDP of every searching planner by
+  evaluations and by wall time, from the histories the runner saved (thin lines: seeds;
+  thick: their mean);
+* ``gantt-<problem>.png``: the best plan's timeline above the best GPipe-EDP plan's, on one
+  time axis (:func:`umpipe_bench.trace.save_gantt`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .report import _ok, best_rows, paper_figure
+
+__all__ = ["convergence_curve", "draw_all", "draw_convergence", "draw_gantts", "draw_speedup"]
+
+MODE_COLORS = {"stash": "#4C72B0", "recompute": "#DD8452"}
+PAPER_COLOR = "#9a9a9a"
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=130)
+    _plt().close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def draw_speedup(df: pd.DataFrame, path: Path) -> Path | None:
+    """Grouped bars: per problem, best speedup per mode, and the paper's figure."""
+    best = best_rows(df)
+    if best.empty:
+        return None
+    plt = _plt()
+    problems = list(dict.fromkeys(best["problem"]))
+    modes = [m for m in ("stash", "recompute") if m in set(best["mode"])]
+    width = 0.8 / (len(modes) + 1)
+    fig, axes = plt.subplots(1, 2, figsize=(max(9, 1.7 * len(problems) + 4), 4.8), sharey=True)
+    x = np.arange(len(problems))
+    for ax, which, title in ((axes[0], "gpipe", "vs best GPipe-EDP"),
+                             (axes[1], "1f1b", "vs best 1F1B-EDP (paper: PipeDream)")):
+        col = f"speedup_vs_{which}"
+        for k, mode in enumerate(modes):
+            vals = [best[(best["problem"] == p) & (best["mode"] == mode)][col] for p in problems]
+            ys = np.array([100 * v.iloc[0] if len(v) else np.nan for v in vals])
+            bars = ax.bar(x + (k - len(modes) / 2) * width, ys, width, label=f"ours, {mode}",
+                          color=MODE_COLORS[mode])
+            ax.bar_label(bars, labels=["" if np.isnan(v) else f"{v:.1f}" for v in ys],
+                         fontsize=7, padding=1)
+        paper = []
+        for p in problems:
+            fig_p = paper_figure(best[best["problem"] == p].iloc[0])
+            paper.append(np.nan if fig_p is None else
+                         100 * (fig_p.vs_gpipe if which == "gpipe" else fig_p.vs_pipedream))
+        bars = ax.bar(x + (len(modes) / 2) * width, paper, width, color="white",
+                      edgecolor=PAPER_COLOR, hatch="///", label="paper (its workload)")
+        ax.bar_label(bars, labels=["" if np.isnan(v) else
+                                   f"{'≥' if v >= 100 else ''}{v:.1f}" for v in paper],
+                     fontsize=7, padding=1, color="#555555")
+        ax.set_xticks(x, problems, rotation=30, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.axhline(0, color="black", linewidth=0.6)
+        ax.set_yscale("symlog", linthresh=10)  # a few % and the paper's >= 170 % both legible
+        ax.margins(y=0.12)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("training speedup (%), symlog axis\n100 · (T_EDP / T − 1)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8,
+               frameon=False)
+    fig.suptitle("Best plan per problem vs the best equal-microbatch plan (predicted)",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return _save(fig, path)
+
+
+def convergence_curve(records: list[dict[str, Any]]) -> tuple[np.ndarray, ...] | None:
+    """``(evaluations, seconds, best T)`` so far, one point per history record.
+
+    GA logbooks carry ``nevals`` (total so far), ``time`` and ``best``; other planners'
+    histories may carry per-record ``evals`` (summed) and ``best``/``value`` (running min).
+    """
+    if len(records) < 2:
+        return None
+    r0 = records[0]
+    if "nevals" in r0:
+        ev = np.array([r["nevals"] for r in records], dtype=float)
+    elif "evaluations" in r0:
+        ev = np.array([r["evaluations"] for r in records], dtype=float)
+    elif "evals" in r0:
+        ev = np.cumsum([r["evals"] for r in records], dtype=float)
+    else:
+        ev = np.arange(1, len(records) + 1, dtype=float)
+    tkey = next((k for k in ("time", "wall_time", "elapsed") if k in r0), None)
+    t = np.array([r[tkey] for r in records], dtype=float) if tkey else np.full(len(ev), np.nan)
+    bkey = next((k for k in ("best", "value", "min") if k in r0), None)
+    if bkey is None:
+        return None
+    best = np.minimum.accumulate(np.array([r[bkey] for r in records], dtype=float))
+    return ev, t, best
+
+
+def _mean_step(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The mean of step curves, from where every curve has started (each holds its last
+    value after it ends)."""
+    start = max(x[0] for x, _ in curves)
+    grid = np.unique(np.concatenate([x[x >= start] for x, _ in curves]))
+    ys = [y[np.searchsorted(x, grid, side="right") - 1] for x, y in curves]
+    return grid, np.mean(np.vstack(ys), axis=0)
+
+
+def _histories(df: pd.DataFrame, lb_dir: Path) -> pd.DataFrame:
+    ok = _ok(df).copy()
+    curves = []
+    for f in ok["history_file"].fillna(""):
+        c = None
+        path = lb_dir / str(f)
+        if f and path.exists():
+            c = convergence_curve(json.loads(path.read_text(encoding="utf-8"))["records"])
+        curves.append(c)
+    ok["curve"] = curves
+    return ok[ok["curve"].notna()]
+
+
+def draw_convergence(df: pd.DataFrame, lb_dir: Path, path: Path,
+                     max_problems: int = 3) -> Path | None:
+    """Best-so-far speedup vs GPipe-EDP by evaluations and by wall time."""
+    h = _histories(df, lb_dir)
+    if h.empty:
+        return None
+    plt = _plt()
+    # the largest problems that several searching planners ran on, recompute mode first
+    h = h.assign(size=h["S"] * h["B"], rmode=(h["mode"] != "recompute").astype(int))
+    keys = (h.groupby(["problem", "mode"]).agg(n=("planner", "nunique"), size=("size", "max"),
+                                                rmode=("rmode", "max"))
+            .sort_values(["rmode", "size"], ascending=[True, False]))
+    keys = keys[keys["n"] == keys["n"].max()].head(max_problems).index.tolist()
+    planners = list(dict.fromkeys(h["planner"]))
+    colors = {p: plt.cm.tab10(i % 10) for i, p in enumerate(planners)}
+    fig, axes = plt.subplots(len(keys), 2, figsize=(11, 3.4 * len(keys) + 0.6), squeeze=False)
+    for row, (problem, mode) in enumerate(keys):
+        sub = h[(h["problem"] == problem) & (h["mode"] == mode)]
+        for col, (xi, xlabel) in enumerate(((0, "evaluations"), (1, "wall time (s)"))):
+            ax = axes[row, col]
+            for planner, g in sub.groupby("planner", sort=False):
+                runs = []
+                for _, r in g.iterrows():
+                    x, y = r["curve"][xi], 100 * (r["T_gpipe_edp"] / r["curve"][2] - 1)
+                    if np.isnan(x).all():
+                        continue
+                    ax.step(x, y, where="post", color=colors[planner], alpha=0.3, lw=0.8)
+                    runs.append((x, y))
+                if runs:
+                    gx, gy = _mean_step(runs)
+                    ax.step(gx, gy, where="post", color=colors[planner], lw=2,
+                            label=f"{planner} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+            if col == 1:  # planners differ by orders of magnitude in speed
+                ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(plt.NullFormatter())
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("best speedup vs GPipe-EDP (%)")
+            ax.grid(alpha=0.3)
+            ax.set_title(f"{problem} · {mode}", fontsize=9, loc="left")
+        axes[row, 0].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Convergence: best plan found so far (mean of seeds bold, seeds thin)",
+                 fontsize=11)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def draw_gantts(df: pd.DataFrame, lb_dir: Path, out: Path) -> list[tuple[str, Path]]:
+    """Per problem: the best plan (any mode) above the best GPipe-EDP plan of that mode."""
+    from ..plan import Plan
+    from ..registry import get_problem
+    from ..simulator import simulate
+    from ..trace import save_gantt
+
+    out_files = []
+    best = best_rows(df)
+    if best.empty:
+        return []
+    for problem_name, g in best.groupby("problem", sort=False):
+        r = g.loc[g["speedup_vs_gpipe"].idxmax()]
+        problem = get_problem(problem_name)
+        plan = Plan.load(lb_dir / r["plan_file"])
+        tl_best = simulate(problem, plan, r["schedule"])
+        M = int(r["M_gpipe_edp"])
+        tl_gp = simulate(problem, Plan.edp(problem.S, problem.B, M, r["mode"]), "gpipe")
+        path = out / f"gantt-{problem_name}.png"
+        save_gantt([tl_best, tl_gp], path, [
+            f"{problem_name} · best plan: {r['planner']} ({plan.describe()}, {r['schedule']}, "
+            f"{r['mode']}), {100 * r['speedup_vs_gpipe']:+.1f} % vs GPipe-EDP",
+            f"{problem_name} · best GPipe-EDP: EDP({M}), gpipe, {r['mode']}",
+        ])
+        out_files.append((f"Gantt: {problem_name}, best plan above best GPipe-EDP", path))
+    return out_files
+
+
+def draw_all(df: pd.DataFrame, lb_dir: Path, out: Path) -> list[tuple[str, Path]]:
+    """Every plot of the report: ``[(title, path), ...]``."""
+    files = []
+    p = draw_speedup(df, out / "speedup.png")
+    if p:
+        files.append(("Speedup per problem vs the paper", p))
+    p = draw_convergence(df, lb_dir, out / "convergence.png")
+    if p:
+        files.append(("Convergence by evaluations and wall time", p))
+    files += draw_gantts(df, lb_dir, out)
+    return files

@@ -1,0 +1,39 @@
+"""``umpipe-bench report``: a markdown leaderboard and plots from a leaderboard CSV."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write report.md and PNG plots from results/leaderboard.csv",
+        description="Summarize a leaderboard (written by 'umpipe-bench bench'): the best plan "
+        "per problem and mode beside the paper's figures, every planner's mean speedup, search "
+        "cost, predicted vs measured times; plots of speedups, convergence (by evaluations and "
+        "wall time) and the Gantt chart of each problem's best plan above its best GPipe plan.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--in", dest="csv", default="results/leaderboard.csv", metavar="CSV",
+                   help="the leaderboard to report on")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="folder for report.md and the PNGs (default: the CSV's folder)")
+    p.add_argument("--no-plots", action="store_true", help="only report.md")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+
+    from ..bench.report import write_report
+
+    command = "umpipe-bench " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["report"] else None
+    try:
+        files = write_report(args.csv, args.out, plots=not args.no_plots, command=command)
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from None
+    for f in files:
+        print(f"wrote {f}")
+    return 0
