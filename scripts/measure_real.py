@@ -55,9 +55,7 @@ def best_edp(problem: Problem, schedule: str, divides: bool = False) -> tuple[Pl
     return best
 
 
-def local_search(
-    problem: Problem, start: Plan, *, evals: int, seed: int
-) -> tuple[Plan, float]:
+def local_search(problem: Problem, start: Plan, *, evals: int, seed: int) -> tuple[Plan, float]:
     """Seeded first-improvement search over cut bits (MODEL.md §2) under ``gpipe``."""
     rng = random.Random(seed)
     fbits, bbits = start.to_bits()
@@ -124,33 +122,56 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
     pdir.mkdir(parents=True, exist_ok=True)
     g_plan, g_t = best_edp(problem, "gpipe")
     o_plan, o_t = best_edp(problem, "1f1b")
-    u_plan, u_t, how = planned(problem, args.planner, args.budget, args.seed)
+    u_plan, _u_t, how = planned(problem, args.planner, args.budget, args.seed)
     u_sched = str(u_plan.meta.get("schedule", "gpipe"))
     specs = [
-        save_plan(g_plan, pdir / "edp-gpipe.json", f"gpipe-{g_plan.describe()}-{g_plan.mode}",
-                  "gpipe"),
-        save_plan(o_plan, pdir / "edp-1f1b.json", f"1f1b-{o_plan.describe()}-{o_plan.mode}",
-                  "1f1b"),
+        save_plan(
+            g_plan, pdir / "edp-gpipe.json", f"gpipe-{g_plan.describe()}-{g_plan.mode}", "gpipe"
+        ),
+        save_plan(
+            o_plan, pdir / "edp-1f1b.json", f"1f1b-{o_plan.describe()}-{o_plan.mode}", "1f1b"
+        ),
         save_plan(u_plan, pdir / "planned.json", f"planned-{u_plan.mode}", u_sched),
     ]
     # the peer check needs stash EDP plans whose M divides B (pytorch#126600)
     for sched, (p, _t) in (("gpipe", (g_plan, g_t)), ("1f1b", (o_plan, o_t))):
         if p.mode != "stash" or problem.B % len(p.fwd[0]):
             q, _ = best_edp(problem, sched, divides=True)
-            specs.append(save_plan(q, pdir / f"edp-{sched}-peer.json",
-                                   f"{sched}-{q.describe()}-stash-peer", sched))
-    per_round = sum(predict(problem, Plan.load(s), str(Plan.load(s).meta["schedule"]))
-                    for s in specs) * 1.6  # + the torch entries
+            specs.append(
+                save_plan(
+                    q, pdir / f"edp-{sched}-peer.json", f"{sched}-{q.describe()}-stash-peer", sched
+                )
+            )
+    per_round = (
+        sum(predict(problem, Plan.load(s), str(Plan.load(s).meta["schedule"])) for s in specs) * 1.6
+    )  # + the torch entries
     iters = args.iters or max(5, min(30, int(args.seconds / max(per_round, 1e-9))))
     cmd = [
-        sys.executable, "-c", "import sys; from umpipe_bench.cli import main; sys.exit(main())",
-        "execute", "--problem", problem_name, "--plan", str(specs[0]),
+        sys.executable,
+        "-c",
+        "import sys; from umpipe_bench.cli import main; sys.exit(main())",
+        "execute",
+        "--problem",
+        problem_name,
+        "--plan",
+        str(specs[0]),
         *[a for s in specs[1:] for a in ("--vs", str(s))],
-        "--iters", str(iters), "--warmup", str(args.warmup), "--threads", "1",
-        "--json", "--csv", str(out / f"{problem.name}.csv"), "--run-dir", str(pdir / "run"),
+        "--iters",
+        str(iters),
+        "--warmup",
+        str(args.warmup),
+        "--threads",
+        "1",
+        "--json",
+        "--csv",
+        str(out / f"{problem.name}.csv"),
+        "--run-dir",
+        str(pdir / "run"),
     ]
-    print(f"[{problem.name}] {len(specs)} plans, {iters} iterations each: {' '.join(cmd[3:])}",
-          flush=True)
+    print(
+        f"[{problem.name}] {len(specs)} plans, {iters} iterations each: {' '.join(cmd[3:])}",
+        flush=True,
+    )
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"[{problem.name}] execute failed ({proc.returncode}):\n{proc.stderr}")
@@ -169,7 +190,10 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
         f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}. One process per stage "
         "(gloo, 1 thread each), plans timed alternately after warm-up in one run; medians; "
         "speedups are medians of per-round ratios. The machine is shared with other work, so "
-        "absolute times drift; compare ratios within a table.",
+        "absolute times drift; compare ratios within a table. *compute error*: measured "
+        "per-stage compute (ops minus receive waits, plus the optimizer step) summed over "
+        "stages vs the simulator's busy time; it is the part of the model error due to stages "
+        "computing slower (or faster) than profiled.",
         "",
     ]
     for name, data in results.items():
@@ -183,18 +207,22 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
             f"{res['world_size']} processes.",
             "",
             "| plan | engine | schedule | mode | kind | predicted ms | measured ms (p10-p90) "
-            "| model error | speedup meas. | speedup pred. | meas./pred. | ours/torch |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| model error | compute error | speedup meas. | speedup pred. | meas./pred. "
+            "| ours/torch |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
+
             def f(x: Any, fmt: str) -> str:
                 return "-" if x in (None, "") else format(x, fmt)
 
             lines.append(
                 f"| {r['plan']} | {r['engine']} | {r['schedule']} | {r['mode']} | "
-                f"{r['plan_kind']} | {f(r['predicted_time'] and r['predicted_time'] * 1e3, '.1f')} | "
+                f"{r['plan_kind']} | {f(r['predicted_time'] and r['predicted_time'] * 1e3, '.1f')}"
+                " | "
                 f"{r['measured_median'] * 1e3:.1f} ({r['measured_p10'] * 1e3:.1f}-"
                 f"{r['measured_p90'] * 1e3:.1f}) | {f(r['model_error'], '+.1%')} | "
+                f"{f(r['compute_error'], '+.1%')} | "
                 f"{f(r['speedup_measured'], '.3f')} | {f(r['speedup_predicted'], '.3f')} | "
                 f"{f(r['speedup_ratio'], '.2f')} | {f(r['peer_ratio'], '.3f')} |"
             )
@@ -203,38 +231,55 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
         lines.append("")
         for base in rows[:2]:
             sp = paired(ent[base["plan"]]["times"], ent[planned["plan"]]["times"])
-            pred = (base["predicted_time"] / planned["predicted_time"]
-                    if planned["predicted_time"] else None)
+            pred = (
+                base["predicted_time"] / planned["predicted_time"]
+                if planned["predicted_time"]
+                else None
+            )
             ok = "meets" if pred and sp >= 0.8 * pred else "misses"
             lines.append(
                 f"- {planned['plan']} vs {base['plan']}: measured speedup {sp:.3f}, predicted "
                 f"{pred:.3f} ({ok} the >= 0.8x goal)."
             )
-        errs = [abs(r["model_error"]) for r in rows if r["model_error"] is not None
-                and r["engine"] == "umpipe"]
+        errs = [
+            abs(r["model_error"])
+            for r in rows
+            if r["model_error"] is not None and r["engine"] == "umpipe"
+        ]
         if errs:
             lines.append(
-                f"- median |model error| over our plans: {statistics.median(errs):.1%} (goal <= 10%)."
+                f"- median |model error| over our plans: {statistics.median(errs):.1%} "
+                "(goal <= 10%)."
             )
         peers = [r for r in rows if r["peer_ratio"] is not None]
         for r in peers:
-            lines.append(f"- ours/torch.pipelining on {r['plan']}: {r['peer_ratio']:.3f} "
-                         "(goal <= 1.05).")
+            lines.append(
+                f"- ours/torch.pipelining on {r['plan']}: {r['peer_ratio']:.3f} (goal <= 1.05)."
+            )
         lines.append("")
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("problems", nargs="*", default=["gpt1-mini-s2", "vgg16-mini-s2"])
-    ap.add_argument("--planner", action="append", default=None,
-                    help="planner names to try in order (default: tidgap, dgap)")
+    ap.add_argument(
+        "--planner",
+        action="append",
+        default=None,
+        help="planner names to try in order (default: tidgap, dgap)",
+    )
     ap.add_argument("--budget", default=None, help="planner budget, e.g. evals:20000")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--iters", type=int, default=0, help="0: fit --seconds")
-    ap.add_argument("--seconds", type=float, default=240.0,
-                    help="target measured seconds per problem when --iters is 0")
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        default=240.0,
+        help="target measured seconds per problem when --iters is 0",
+    )
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "results" / "real"))
     args = ap.parse_args()

@@ -51,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="none|sgd|adam|adamw, stepped every iteration (default: the problem's, else sgd)",
     )
-    p.add_argument("--threads", type=int, default=1, help="torch threads per stage process")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads per stage (default: problem's, 1)"
+    )
     p.add_argument("--seed", type=int, default=None, help="model/batch seed (default: problem's)")
     p.add_argument(
         "--timeout",
@@ -101,9 +103,13 @@ def run(args: argparse.Namespace) -> int:
         "warmup": args.warmup,
         "backend": args.backend,
         "timeout_s": args.timeout,
-        "threads": args.threads,
     }
-    for key, val in (("dtype", args.dtype), ("optimizer", args.optimizer), ("seed", args.seed)):
+    for key, val in (
+        ("dtype", args.dtype),
+        ("optimizer", args.optimizer),
+        ("seed", args.seed),
+        ("threads", args.threads),
+    ):
         if val is not None:
             settings[key] = val
     if args.iters < 1 or args.warmup < 0:
@@ -113,8 +119,11 @@ def run(args: argparse.Namespace) -> int:
     predicted: dict[str, float | None] = {}
     kinds: dict[str, str] = {}
     peers: dict[str, str] = {}
+    busy: dict[str, list[float]] = {}
     for r in runs:
-        predicted[r.label] = simulate(problem, r.plan, r.schedule).iteration_time
+        tl = simulate(problem, r.plan, r.schedule)
+        predicted[r.label] = tl.iteration_time
+        busy[r.label] = list(tl.busy)
         kinds[r.label] = r.plan.describe()
     for e in spec.entries:
         if e.engine == "torch":
@@ -147,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"umpipe-bench execute: error: {exc}", file=sys.stderr)
             return 1
 
-    rows = summarize(result, predicted, kinds=kinds, peers=peers)
+    rows = summarize(result, predicted, kinds=kinds, peers=peers, busy=busy)
     if args.csv:
         write_csv(rows, args.csv)
     if args.json:

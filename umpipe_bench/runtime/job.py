@@ -139,6 +139,8 @@ def spec_for_problem(
     settings.setdefault("optimizer", str(problem.provenance.get("optimizer", "sgd")))
     if "dtype" in problem.provenance:
         settings.setdefault("dtype", str(problem.provenance["dtype"]))
+    if "threads" in problem.provenance:
+        settings.setdefault("threads", int(problem.provenance["threads"]))
     if "seed" in problem.provenance:
         settings.setdefault("seed", int(problem.provenance["seed"]))
     return make_spec(

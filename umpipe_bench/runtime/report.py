@@ -31,6 +31,7 @@ COLUMNS = (
     "measured_p10",
     "measured_p90",
     "model_error",
+    "compute_error",
     "speedup_measured",
     "speedup_predicted",
     "speedup_ratio",
@@ -70,16 +71,24 @@ def summarize(
     *,
     kinds: Mapping[str, str] | None = None,
     peers: Mapping[str, str] | None = None,
+    busy: Mapping[str, Sequence[float]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per entry of a worker ``result`` (see :mod:`umpipe_bench.runtime.worker`).
 
     ``predicted[label]``: the simulator's iteration time for that entry; ``kinds[label]``:
     ``EDP(M)``/``UEDP``; ``peers[label]``: the label of the torch.pipelining entry running the
-    same plan. Speedups are of each entry over the first one (``> 1``: faster than the first).
+    same plan; ``busy[label]``: the simulator's per-stage busy time (compute + optimizer).
+    Speedups are of each entry over the first one (``> 1``: faster than the first).
+
+    ``compute_error`` splits the model error: measured compute (ops minus time blocked in
+    receives, plus the optimizer step), summed over stages, against the predicted busy time. A
+    large ``compute_error`` means the stages computed slower than profiled (machine load, two
+    processes sharing caches and memory bandwidth); the rest of ``model_error`` is waiting.
     """
     entries = result["entries"]
     kinds = kinds or {}
     peers = peers or {}
+    busy = busy or {}
     by_label = {e["label"]: e for e in entries}
     first = entries[0]
     first_pred = predicted.get(first["label"])
@@ -95,11 +104,15 @@ def summarize(
         peer_ratio = (
             _paired_median_ratio(times, by_label[peer]["times"]) if peer in by_label else None
         )
-        compute = e.get("stage_compute") or []
-        stage_med = ";".join(
-            f"{statistics.median(c):.6g}"
-            for c in compute
+        compute = [
+            statistics.median(c)
+            for c in e.get("stage_compute") or []
             if c and all(x == x for x in c)  # NaN for torch entries
+        ]
+        stage_med = ";".join(f"{c:.6g}" for c in compute)
+        pbusy = busy.get(e["label"])
+        compute_error = (
+            sum(compute) / sum(pbusy) - 1.0 if compute and pbusy and sum(pbusy) > 0 else None
         )
         rows.append(
             {
@@ -114,6 +127,7 @@ def summarize(
                 "measured_p10": _quantile(times, 0.1),
                 "measured_p90": _quantile(times, 0.9),
                 "model_error": (med - pred) / pred if pred else None,
+                "compute_error": compute_error,
                 "speedup_measured": sp_meas,
                 "speedup_predicted": sp_pred,
                 "speedup_ratio": sp_meas / sp_pred if sp_pred else None,
@@ -176,6 +190,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         "p10 ms",
         "p90 ms",
         "error",
+        "cmp err",
         "speedup",
         "pred spd",
         "ratio",
@@ -193,6 +208,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
             _fmt(r["measured_p10"], "ms"),
             _fmt(r["measured_p90"], "ms"),
             _fmt(r["model_error"], "%"),
+            _fmt(r["compute_error"], "%"),
             _fmt(r["speedup_measured"], "x"),
             _fmt(r["speedup_predicted"], "x"),
             _fmt(r["speedup_ratio"], "x"),

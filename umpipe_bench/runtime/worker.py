@@ -207,6 +207,7 @@ def run_worker(spec: RunSpec, rank: int, world: int) -> dict[str, Any] | None:
                 stats = run()
                 if spec.dump_grads and it == spec.warmup:
                     _dump_grads(out_dir, k, rank, module, stats)
+                t_opt = time.perf_counter()
                 if opt is not None:
                     opt.step()
                 sync()
@@ -216,7 +217,8 @@ def run_worker(spec: RunSpec, rank: int, world: int) -> dict[str, Any] | None:
             if it >= spec.warmup:
                 loss = stats.loss if stats.loss is not None else float("nan")
                 record[k, it - spec.warmup] = torch.tensor(
-                    [t1 - t0, stats.compute_s, stats.wait_s, loss], dtype=torch.float64
+                    [t1 - t0, stats.compute_s + (t1 - t_opt), stats.wait_s, loss],
+                    dtype=torch.float64,
                 )
     _trace(rank, "timing done")
     gathered = [torch.zeros_like(record) for _ in range(world)]
