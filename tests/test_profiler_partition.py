@@ -144,8 +144,9 @@ def test_fit_link_rejects():
 
 
 def test_message_grid():
-    g = message_grid(98304, 98304 * 16)
-    assert g[0] == 98304 and g[-1] == 98304 * 16 and len(g) == 6
+    g = message_grid(98304, 98304 * 128)
+    assert g[0] == 98304 and g[-1] == 98304 * 128 and len(g) == 6
     assert all(v % 4 == 0 for v in g) and list(g) == sorted(set(g))
     assert message_grid(16, 1 << 40)[-1] == 64 << 20  # capped
-    assert message_grid(100, 100)[-1] == 1 << 20  # enough range to see the bandwidth
+    assert message_grid(100, 100)[-1] == 4 << 20  # enough range to see the bandwidth
+    assert message_grid(98304, 98304 * 16)[-1] == 4 << 20

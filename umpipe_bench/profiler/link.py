@@ -76,6 +76,8 @@ def _pingpong_worker(
 
     torch.set_num_threads(threads)
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     dist.init_process_group(
         backend,
         init_method=f"tcp://127.0.0.1:{port}",
@@ -114,6 +116,27 @@ def _pingpong_worker(
         dist.destroy_process_group()
 
 
+def _pingpong(
+    threads: int, backend: str, message_bytes: tuple[int, ...], round_trips: int, warmup: int
+) -> dict[str, list[float]]:
+    import torch.multiprocessing as mp
+
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        with tempfile.TemporaryDirectory(prefix="umpipe-link-") as tmp:
+            out_path = os.path.join(tmp, "pingpong.json")
+            args = (_free_port(), backend, message_bytes, round_trips, warmup, threads, out_path)
+            mp.spawn(_pingpong_worker, args=args, nprocs=2, join=True)
+            with open(out_path, encoding="utf-8") as fh:
+                return json.load(fh)
+    finally:
+        if saved is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
+
+
 def calibrate_link(
     *,
     threads: int = 1,
@@ -121,45 +144,42 @@ def calibrate_link(
     message_bytes: tuple[int, ...] = DEFAULT_MESSAGE_BYTES,
     round_trips: int = 20,
     warmup: int = 3,
+    attempts: int = 3,
 ) -> LinkCalibration:
     """Ping-pong between two spawned local processes and fit ``latency + bytes / bandwidth``.
 
     ``backend`` ``gloo`` moves CPU tensors; ``nccl`` needs two GPUs (``cuda:0`` and ``cuda:1``).
-    Takes a few seconds (mostly starting the processes).
+    Takes a few seconds (mostly starting the processes). On a busy machine the medians can fail
+    to grow with size (no bandwidth can be fitted); then the ping-pong is repeated with 4x
+    larger messages, up to ``attempts`` times in all, and the failures are recorded.
     """
-    import torch.multiprocessing as mp
-
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"link backend must be 'gloo' or 'nccl', got {backend!r}")
     if round_trips < 1:
         raise ValueError(f"round_trips must be >= 1, got {round_trips}")
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    try:
-        with tempfile.TemporaryDirectory(prefix="umpipe-link-") as tmp:
-            out_path = os.path.join(tmp, "pingpong.json")
-            args = (_free_port(), backend, tuple(message_bytes), round_trips, warmup, threads)
-            mp.spawn(_pingpong_worker, args=(*args, out_path), nprocs=2, join=True)
-            with open(out_path, encoding="utf-8") as fh:
-                raw = json.load(fh)
-    finally:
-        if saved is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
-    sizes = tuple(int(k) for k in raw)
-    medians = tuple(statistics.median(v) for v in raw.values())
-    noise = tuple(max(v) / min(v) for v in raw.values())
-    lat, bw = fit_link(sizes, medians)
-    return LinkCalibration(
-        latency=lat,
-        bandwidth=bw,
-        method=f"{backend} ping-pong between 2 local processes (torch.multiprocessing.spawn), "
-        f"one-way = round trip / 2, median of {round_trips} after {warmup} warm-up, "
-        "least-squares fit of latency + bytes / bandwidth",
-        message_bytes=sizes,
-        one_way_median_s=medians,
-        one_way_noise=noise,
-        round_trips=round_trips,
-        details={"threads_per_process": threads, "backend": backend},
-    )
+    messages = tuple(int(b) for b in message_bytes)
+    failures: list[str] = []
+    for attempt in range(attempts):
+        raw = _pingpong(threads, backend, messages, round_trips, warmup)
+        sizes = tuple(int(k) for k in raw)
+        medians = tuple(statistics.median(v) for v in raw.values())
+        noise = tuple(max(v) / min(v) for v in raw.values())
+        try:
+            lat, bw = fit_link(sizes, medians)
+        except ValueError as exc:
+            failures.append(f"attempt {attempt + 1} with {list(sizes)} bytes: {exc}")
+            messages = tuple(4 * b for b in messages)
+            continue
+        return LinkCalibration(
+            latency=lat,
+            bandwidth=bw,
+            method=f"{backend} ping-pong between 2 local processes (torch.multiprocessing."
+            f"spawn), one-way = round trip / 2, median of {round_trips} after {warmup} "
+            "warm-up, least-squares fit of latency + bytes / bandwidth on relative errors",
+            message_bytes=sizes,
+            one_way_median_s=medians,
+            one_way_noise=noise,
+            round_trips=round_trips,
+            details={"threads_per_process": threads, "backend": backend, "failed": failures},
+        )
+    raise ValueError("link calibration failed; " + "; ".join(failures))

@@ -48,7 +48,7 @@ def message_grid(
     n: int = 6,
     floor: int = 4 << 10,
     cap: int = 64 << 20,
-    min_top: int = 1 << 20,
+    min_top: int = 4 << 20,
 ) -> tuple[int, ...]:
     """``n`` message sizes, geometric from ``lo`` to ``hi`` bytes (clamped to ``floor..cap``,
     rounded to multiples of 4 bytes): the calibration covers the transfers the problem will

@@ -173,8 +173,20 @@ def profile_model(
         how_grouped = "one layer per stage"
     say(f"layers per stage: {','.join(map(str, lps))} ({how_grouped})")
 
-    # ---- 2. timed rounds
+    # ---- 2. link first (seconds; fails fast): one sample of the smallest boundary up to B
+    # samples of the largest, measured on the stage inputs a no-grad forward produced
     rigs = prepare_rigs(layers, lps, inputs, targets, optimizer=optimizer, seed=seed)
+    if link is None and len(rigs) > 1:
+        per_sample = [rig.inputs[:1].numel() * rig.inputs.element_size() for rig in rigs[1:]]
+        messages = message_grid(min(per_sample), max(per_sample) * B)
+        say(f"calibrating the link: ping-pong of {len(messages)} sizes between two processes")
+        cal = calibrate_link(threads=threads or 1, backend=link_backend, message_bytes=messages)
+    elif link is None:
+        cal = LinkCalibration(0.0, 1.0, method="single stage: no link")
+    else:
+        cal = LinkCalibration(link.latency, link.bandwidth, method="given on the command line")
+
+    # ---- 3. timed rounds
     n_cells = len(rigs) * (len(sizes) + 1)
     bar = _progress_bar(n_cells * (warmup + repeats), model, progress)
     try:
@@ -191,19 +203,8 @@ def profile_model(
         if bar is not None:
             bar.close()
 
-    # ---- 3. memory and boundary bytes
+    # ---- 4. memory and boundary bytes
     mem = [measure_memory(rig, B, spec.loss) for rig in rigs]
-
-    # ---- 4. link (messages from one sample of the smallest boundary to B of the largest)
-    if link is None and len(rigs) > 1:
-        per_sample = [m_.output_bytes_per_sample for m_ in mem[:-1]]
-        messages = message_grid(min(per_sample), max(per_sample) * B)
-        say(f"calibrating the link: ping-pong of {len(messages)} sizes between two processes")
-        cal = calibrate_link(threads=threads or 1, backend=link_backend, message_bytes=messages)
-    elif link is None:
-        cal = LinkCalibration(0.0, 1.0, method="single stage: no link")
-    else:
-        cal = LinkCalibration(link.latency, link.bandwidth, method="given on the command line")
 
     elapsed = time.perf_counter() - started
     return _assemble(
