@@ -16,8 +16,9 @@ The list versions use the ``random`` module (as DEAP's tools do); the array vers
 ``numpy.random.Generator`` and touch only ``O(#changes)`` entries per generation instead of
 drawing one random number per bit: drawing ``len`` uniforms per chromosome would cost more
 than evaluating the population (PERF-ANCHORS.md: DEAP's per-individual overhead is the
-bottleneck to remove). Within one array call, swaps that land on the same or adjacent
-positions apply together rather than in sequence; the distribution differs only in those rare
+bottleneck to remove). Within one array call, a shift that touches a bit another shift of
+the same chromosome touches is dropped (simultaneous swaps would not compose), and two flips
+of one bit cancel; the distributions differ from the sequential ones only in those rare
 overlaps.
 """
 
@@ -122,6 +123,13 @@ def array_mutation(
     r = np.repeat(rows, nshift)
     k = rng.integers(0, npairs, size=r.size)
     i = (k // (stage_len - 1)) * stage_len + k % (stage_len - 1)
+    if r.size > 1:
+        # Swaps touching the same bit would not compose as sequential swaps: keep the first.
+        order = np.lexsort((i, r))
+        r, i = r[order], i[order]
+        clash = np.zeros(r.size, dtype=bool)
+        clash[1:] = (r[1:] == r[:-1]) & (i[1:] <= i[:-1] + 1)
+        r, i = r[~clash], i[~clash]
     left, right = chroms[r, i], chroms[r, i + 1]
     chroms[r, i] = right
     chroms[r, i + 1] = left

@@ -64,7 +64,7 @@ class TiDGAPEngine:
         self._t0 = time.perf_counter()
 
     def _eval(self, f: np.ndarray, b: np.ndarray) -> np.ndarray:
-        shape = (-1, self.S, self.B - 1)
+        shape = (f.shape[0], self.S, self.B - 1)
         return self.evaluator(f.reshape(shape), b.reshape(shape))
 
     def initialize(self) -> None:
