@@ -1,0 +1,151 @@
+"""DGAP/TiDGAP specifics: budgets, history, seeding, operators, settings, RNG hygiene."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+from umpipe_bench.plan import Plan
+from umpipe_bench.planners.base import PlannerError
+from umpipe_bench.planners.dgap import DGAP
+from umpipe_bench.planners.encoding import edp_bits, random_bits
+from umpipe_bench.planners.evaluator import bits_to_plan
+from umpipe_bench.planners.operators import (
+    array_crossover,
+    array_mutation,
+    array_tournament,
+    list_shift,
+)
+from umpipe_bench.planners.reference import best_edp
+from umpipe_bench.planners.tidgap import TiDGAP
+from umpipe_bench.synthetic import synthetic_problem
+
+PROBLEM = synthetic_problem(4, 16, 0)
+
+
+@pytest.mark.parametrize("cls", [DGAP, TiDGAP])
+@pytest.mark.parametrize("mode", ["stash", "recompute"])
+def test_budget_history_and_seeding(cls, mode):
+    res = cls(population=32).plan(PROBLEM, mode=mode, budget="evals:700", seed=1)
+    assert res.evaluations <= 700
+    lb = res.history
+    assert lb[0]["gen"] == 0 and len(lb) >= 10
+    for key in ("gen", "evals", "nevals", "min", "avg", "best", "time"):
+        assert key in lb[-1]
+    best = [r["best"] for r in lb]
+    assert all(b2 <= b1 for b1, b2 in itertools.pairwise(best))  # elitism: best never worsens
+    assert lb[-1]["nevals"] == res.evaluations
+    assert res.iteration_time == pytest.approx(best[-1], rel=1e-12)
+    # Seeded with the best EDP plan, so never worse than GPipe-EDP.
+    assert res.start_time <= best_edp(PROBLEM, mode, "gpipe")[1]
+    assert res.iteration_time <= res.start_time
+
+
+@pytest.mark.parametrize("cls", [DGAP, TiDGAP])
+def test_generation_budget(cls):
+    res = cls(population=16).plan(PROBLEM, mode="stash", budget="gens:5", seed=0)
+    assert len(res.history) == 6  # generation 0 (the initial population) + 5
+
+
+def test_seconds_budget_stops():
+    res = TiDGAP().plan(PROBLEM, mode="stash", budget="secs:0.3", seed=0)
+    assert res.wall_time < 5
+
+
+def test_tidgap_backends_agree_on_the_search():
+    """numba and numpy differ in the last ulps only; on this problem the runs coincide."""
+    a = TiDGAP(backend="numba").plan(PROBLEM, mode="recompute", budget="gens:10", seed=4)
+    b = TiDGAP(backend="numpy").plan(PROBLEM, mode="recompute", budget="gens:10", seed=4)
+    assert a.iteration_time == pytest.approx(b.iteration_time, rel=1e-12)
+
+
+def test_progress_bar_runs():
+    TiDGAP(population=16).plan(PROBLEM, mode="stash", budget="gens:3", seed=0, progress=True)
+
+
+def test_bad_settings_and_budgets_are_clear_errors():
+    with pytest.raises(PlannerError, match="unknown setting.*valid: backend"):
+        TiDGAP(popsize=3).plan(PROBLEM)
+    with pytest.raises(PlannerError, match="elites"):
+        DGAP(population=4, elites=4).plan(PROBLEM)
+    with pytest.raises(PlannerError, match="not a valid int"):
+        DGAP(population="many").plan(PROBLEM)
+    with pytest.raises(PlannerError, match="too small"):
+        TiDGAP().plan(PROBLEM, budget="evals:10")
+    # string settings (from --set) are coerced
+    res = TiDGAP(population="16", greedy_seeds="false").plan(PROBLEM, budget="gens:1")
+    assert res.settings["population"] == 16 and res.settings["greedy_seeds"] is False
+
+
+def test_dgap_leaves_global_random_alone():
+    random.seed(123)
+    expect = random.Random(123).random()
+    DGAP(population=16).plan(PROBLEM, mode="stash", budget="gens:2", seed=0)
+    assert random.random() == expect
+
+
+def test_no_deap_creator_side_effects():
+    from deap import creator
+
+    DGAP(population=16).plan(PROBLEM, budget="gens:1")
+    assert not [n for n in vars(creator) if n.lower().startswith(("fitness", "individual"))]
+
+
+def test_single_sample_and_single_stage_problems():
+    for S, B in ((3, 1), (1, 6), (2, 2)):
+        p = synthetic_problem(S, B, 0)
+        for cls in (DGAP, TiDGAP):
+            res = cls(population=8).plan(p, mode="recompute", budget="gens:3", seed=0)
+            res.plan.validate(p)
+
+
+# ------------------------------------------------------------------ operators
+def test_edp_bits_decode_to_edp():
+    assert bits_to_plan(edp_bits(3, 10, 4), None, "stash") == Plan.edp(3, 10, 4)
+
+
+def test_random_bits_density_spread():
+    rng = np.random.default_rng(0)
+    bits = random_bits(rng, 2000, 2, 64)
+    counts = bits.sum(axis=2).mean(axis=1) + 1  # microbatches per stage
+    assert counts.min() < 3 and counts.max() > 30  # log-uniform in [1, B]
+
+
+def test_array_crossover_swaps_one_segment():
+    rng = np.random.default_rng(0)
+    a = np.zeros((2, 12), np.uint8)
+    a[1] = 1
+    array_crossover(rng, a, np.array([0]))
+    assert (a[0] + a[1] == 1).all()
+    seg = np.flatnonzero(a[0])
+    assert seg.size and (np.diff(seg) == 1).all()  # one contiguous swapped segment
+
+
+def test_array_mutation_shifts_stay_in_stage():
+    rng = np.random.default_rng(0)
+    S, L = 3, 5
+    chrom = np.zeros((50, S * L), np.uint8)
+    chrom[:, L - 1] = 1  # a cut at the last bit of stage 0
+    array_mutation(rng, chrom, np.arange(50), L, flip_rate=0.0, shift_rate=20.0)
+    # shifts never move a bit across a stage boundary: stage 0 keeps exactly one cut
+    assert (chrom[:, :L].sum(axis=1) == 1).all()
+    assert (chrom[:, L:].sum(axis=1) == 0).all()
+
+
+def test_list_shift_stays_in_stage():
+    random.seed(0)
+    c = [0, 0, 0, 1, 0, 0, 0, 0]
+    for _ in range(100):
+        list_shift(c, 4, 8.0)
+    assert sum(c[:4]) == 1 and sum(c[4:]) == 0
+
+
+def test_tournament_picks_the_best_aspirant():
+    rng = np.random.default_rng(0)
+    times = np.array([5.0, 1.0, 3.0])
+    winners = array_tournament(rng, times, 1000, 3)
+    assert (winners == 1).mean() > 0.6
+    assert (array_tournament(rng, times, 50, 1000) == 1).all()
