@@ -24,6 +24,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +104,10 @@ def planned(problem: Problem, names: list[str], budget: str, seed: int) -> tuple
     return plan, t, f"local search (no planner among {names} registered; 2 x 3000 evals)"
 
 
-def save_plan(plan: Plan, path: Path, label: str, schedule: str) -> Path:
+def save_plan(plan: Plan, path: Path, schedule: str) -> Path:
+    """Plan file whose stem is the label ``execute`` reports it under."""
     meta = dict(plan.meta)
-    meta.update({"label": label, "schedule": schedule})
+    meta["schedule"] = schedule
     Plan(fwd=plan.fwd, bwd=plan.bwd, mode=plan.mode, meta=meta).save(path)
     return path
 
@@ -124,24 +126,21 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
     o_plan, o_t = best_edp(problem, "1f1b")
     u_plan, _u_t, how = planned(problem, args.planner, args.budget, args.seed)
     u_sched = str(u_plan.meta.get("schedule", "gpipe"))
+
+    def stem(kind: str, p: Plan) -> str:
+        edp = f"edp{len(p.fwd[0])}" if p.is_edp() else "uedp"
+        return f"{kind}-{edp}-{p.mode}"
+
     specs = [
-        save_plan(
-            g_plan, pdir / "edp-gpipe.json", f"gpipe-{g_plan.describe()}-{g_plan.mode}", "gpipe"
-        ),
-        save_plan(
-            o_plan, pdir / "edp-1f1b.json", f"1f1b-{o_plan.describe()}-{o_plan.mode}", "1f1b"
-        ),
-        save_plan(u_plan, pdir / "planned.json", f"planned-{u_plan.mode}", u_sched),
+        save_plan(g_plan, pdir / f"{stem('gpipe', g_plan)}.json", "gpipe"),
+        save_plan(o_plan, pdir / f"{stem('1f1b', o_plan)}.json", "1f1b"),
+        save_plan(u_plan, pdir / f"{stem('planned', u_plan)}.json", u_sched),
     ]
     # the peer check needs stash EDP plans whose M divides B (pytorch#126600)
     for sched, (p, _t) in (("gpipe", (g_plan, g_t)), ("1f1b", (o_plan, o_t))):
         if p.mode != "stash" or problem.B % len(p.fwd[0]):
             q, _ = best_edp(problem, sched, divides=True)
-            specs.append(
-                save_plan(
-                    q, pdir / f"edp-{sched}-peer.json", f"{sched}-{q.describe()}-stash-peer", sched
-                )
-            )
+            specs.append(save_plan(q, pdir / f"{stem(sched, q)}-peer.json", sched))
     per_round = (
         sum(predict(problem, Plan.load(s), str(Plan.load(s).meta["schedule"])) for s in specs) * 1.6
     )  # + the torch entries
@@ -166,7 +165,7 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
         "--csv",
         str(out / f"{problem.name}.csv"),
         "--run-dir",
-        str(pdir / "run"),
+        tempfile.mkdtemp(prefix=f"umpipe-real-{problem.name}-"),
     ]
     print(
         f"[{problem.name}] {len(specs)} plans, {iters} iterations each: {' '.join(cmd[3:])}",

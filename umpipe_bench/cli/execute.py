@@ -71,9 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _label(spec: str, plan: Any) -> str:
+def _label(spec: str) -> str:
+    """``gpipe:4`` as written; a plan file by its stem (the leaderboard joins on it)."""
     if os.path.exists(spec):
-        return str(plan.meta.get("label") or os.path.splitext(os.path.basename(spec))[0])
+        return os.path.splitext(os.path.basename(spec))[0]
     return spec
 
 
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     labels: set[str] = set()
     for spec in [args.plan, *args.vs]:
         plan, schedule = parse_plan_spec(spec, problem, args.mode)
-        label = _label(spec, plan)
+        label = _label(spec)
         if plan.mode != "stash" and ":" in label and not os.path.exists(spec):
             label = f"{label}:{plan.mode}"
         base, n = label, 2
