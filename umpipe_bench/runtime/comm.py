@@ -52,10 +52,21 @@ def describe(shape: Sequence[int], dtype: torch.dtype | None = None) -> str:
 class Channel:
     """This stage's link to one neighbouring stage (one rank per stage)."""
 
-    def __init__(self, stage: int, peer: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        stage: int,
+        peer: int,
+        device: torch.device,
+        groups: dict[int, Any] | None = None,
+    ) -> None:
         self.stage = stage
         self.peer = peer
         self.device = device
+        #: process group per message kind (None: the default group). Activations and gradients
+        #: on separate groups keep the two directions on separate communicators: with NCCL a
+        #: send of activations queued before a receive of gradients on one stream could
+        #: otherwise wait for a peer doing the opposite (ranks are global ranks in every group).
+        self.groups = groups or {}
         self._pending: list[tuple[list[Any], tuple[torch.Tensor, ...]]] = []
         #: fault injection (tests): the next activation/gradient sent carries one extra sample
         self.corrupt_next = False
@@ -80,8 +91,8 @@ class Channel:
         what = f"sending {_KIND_NAMES[kind]} microbatch {seq} (samples [{start}, {stop}))"
         try:
             works = [
-                dist.isend(header, dst=self.peer, tag=kind),
-                dist.isend(payload, dst=self.peer, tag=kind),
+                dist.isend(header, dst=self.peer, group=self.groups.get(kind), tag=kind),
+                dist.isend(payload, dst=self.peer, group=self.groups.get(kind), tag=kind),
             ]
         except Exception as exc:
             raise PeerLostError(self.stage, self.peer, what, exc) from exc
@@ -122,7 +133,7 @@ class Channel:
             what += f" {context}"
         header = torch.empty(_HEADER_LEN, dtype=torch.int64, device=self.device)
         try:
-            dist.recv(header, src=self.peer, tag=kind)
+            dist.recv(header, src=self.peer, group=self.groups.get(kind), tag=kind)
         except Exception as exc:
             raise PeerLostError(
                 self.stage, self.peer, f"receiving the header of {what}", exc
@@ -149,7 +160,7 @@ class Channel:
                 )
         payload = torch.empty(got_shape, dtype=got_dtype, device=self.device)
         try:
-            dist.recv(payload, src=self.peer, tag=kind)
+            dist.recv(payload, src=self.peer, group=self.groups.get(kind), tag=kind)
         except Exception as exc:
             raise PeerLostError(self.stage, self.peer, f"receiving {what}", exc) from exc
         return payload
@@ -189,10 +200,13 @@ class Prefetcher:
         except BaseException as exc:  # handed to the consumer thread
             self._q.put(exc)
 
-    def get(self, k: int, a: int, b: int) -> torch.Tensor:
-        """Producer microbatch ``k`` (the consumer asks in order)."""
+    def get(self, k: int, a: int, b: int, context: str = "") -> torch.Tensor:
+        """Producer microbatch ``k`` (the consumer asks in order); ``context`` names the op
+        that needed it, added to the message of a failed receive."""
         item = self._q.get()
         if isinstance(item, BaseException):
+            if context and item.args and isinstance(item.args[0], str):
+                item.args = (f"{item.args[0]} [needed {context}]", *item.args[1:])
             raise item
         return item
 

@@ -118,7 +118,9 @@ def run_ops(
         if ctx.prefetch:
             pf = Prefetcher(ch, kind, _ranges(sizes), tail, dt)
             prefetchers.append(pf)
-            return ChunkStream(sizes, timed(pf.get))
+            return ChunkStream(
+                sizes, timed(lambda k, a, b: pf.get(k, a, b, context=f"for {current[0]}"))
+            )
         return ChunkStream(
             sizes,
             timed(lambda k, a, b: ch.recv(kind, k, a, b, tail, dt, context=f"for {current[0]}")),

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .comm import KIND_PROBE, Channel
+from .comm import KIND_ACT, KIND_GRAD, KIND_PROBE, Channel
 from .errors import PeerLostError, PlanRefused
 from .executor import IterStats, StageContext, run_ops
 from .spec import Entry, RunSpec
@@ -171,6 +171,11 @@ def run_worker(spec: RunSpec, rank: int, world: int) -> dict[str, Any] | None:
     module = module.to(device).train()
     inputs, targets = model.sample_batch(spec.B, spec.config, spec.seed, dtype)
     S = spec.S
+    # one communicator per direction (every rank joins both, in the same order)
+    timeout = timedelta(seconds=spec.timeout_s)
+    act_group = dist.new_group(list(range(world)), timeout=timeout)
+    grad_group = dist.new_group(list(range(world)), timeout=timeout)
+    groups = {KIND_ACT: act_group, KIND_PROBE: act_group, KIND_GRAD: grad_group}
     ctx = StageContext(
         stage=rank,
         S=S,
@@ -179,8 +184,8 @@ def run_worker(spec: RunSpec, rank: int, world: int) -> dict[str, Any] | None:
         loss_fn=model.loss,
         inputs=inputs.to(device) if rank == 0 else None,
         targets=targets.to(device) if rank == S - 1 else None,
-        prev=Channel(rank, rank - 1, device) if rank > 0 else None,
-        next=Channel(rank, rank + 1, device) if rank < S - 1 else None,
+        prev=Channel(rank, rank - 1, device, groups) if rank > 0 else None,
+        next=Channel(rank, rank + 1, device, groups) if rank < S - 1 else None,
         prefetch=spec.prefetch and spec.backend == "gloo",
     )
     _probe(ctx, ctx.inputs[:1] if ctx.inputs is not None else None)
