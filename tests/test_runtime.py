@@ -86,7 +86,8 @@ def tiny_spec(S: int, runs: list[PlannedRun], **settings):
 def test_gradients_equal_full_batch_gradient(S: int, tmp_path: Path) -> None:
     B, layers, lps = LAYOUTS[S]
     runs = plans_for(S, B, seed=100 + S)
-    spec = tiny_spec(S, runs, dump_grads=True, peer=(S == 2))
+    # S = 3 receives inline (no prefetch thread): both receive paths are checked
+    spec = tiny_spec(S, runs, dump_grads=True, peer=(S == 2), prefetch=(S != 3))
     result = launch(spec, tmp_path, deadline_s=150)
     ref_loss, ref_grads = reference_gradients("tiny-mlp", {"layers": layers}, lps, B)
     assert [e.label for e in spec.entries][: len(runs)] == [r.label for r in runs]
