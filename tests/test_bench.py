@@ -104,6 +104,15 @@ def test_patterns_match_registered_problems():
     assert {c.problem for c in cfg.cells()} == {"sim-s4-b16-s0", "sim-s4-b16-s1"}
 
 
+def test_optional_problems_are_skipped_when_absent():
+    cfg = _config(bench={"problems": [PROBLEM], "optional_problems": ["not-profiled-yet",
+                                                                       "sim-s4-b16-s1"]})
+    assert [c.problem for c in cfg.cells()][::3] == [PROBLEM, "sim-s4-b16-s1"]
+    cfg = _config(bench={"optional_problems": ["not-profiled-yet"]})
+    with pytest.raises(ConfigError, match="none is registered"):
+        cfg.cells()
+
+
 @pytest.mark.parametrize(
     ("data", "field"),
     [
@@ -112,8 +121,10 @@ def test_patterns_match_registered_problems():
         ({"bench": {"problems": [PROBLEM], "budgets": ["evals:-3"]}}, "bench.budgets"),
         ({"bench": {"problems": [PROBLEM], "budgets": ["minutes:3"]}}, "bench.budgets"),
         ({"bench": {"problems": [PROBLEM], "sedes": [1]}}, "bench.sedes: unknown field"),
-        ({"bench": {"problems": []}}, "bench.problems"),
-        ({"bench": {}}, "bench.problems"),
+        ({"bench": {"problems": []}}, "bench: give 'problems'"),
+        ({"bench": {}}, "bench: give 'problems'"),
+        ({"bench": {"problems": ["sim-s4-b16-s0"], "optional_problems": "x"}},
+         "bench.optional_problems"),
         ({"planners": [{"name": "x", "setings": {}}]}, "planners[0].setings: unknown field"),
         ({"planners": [{"name": "x"}, {"name": "x"}]}, "planners[1] has the same label"),
         ({"planners": [{"name": "x", "settings": 3}]}, "planners[0].settings"),

@@ -29,14 +29,15 @@ class RandomCutsPlanner(Planner):
         t0 = time.perf_counter()
         best = Plan.edp(problem.S, problem.B, 4, mode)
         start = T = gpipe_recurrence(problem, best)
-        history = [{"evals": 1, "time": 0.0, "best": T}]
+        history = [{"evals": 1, "time": 0.0, "best": T}]  # evals: total so far
         for _ in range(self.settings["n"]):
             bits = (rng.random((problem.S, problem.B - 1)) < 0.25).astype(int).tolist()
             plan = Plan.from_bits(bits, bits, mode)
             t = gpipe_recurrence(problem, plan)
             if t < T:
                 best, T = plan, t
-            history.append({"evals": 1, "time": time.perf_counter() - t0, "best": T})
+            history.append({"evals": len(history) + 1, "time": time.perf_counter() - t0,
+                            "best": T})
         return PlanResult(self.name, best, T, evaluations=len(history), start_time=start,
                           history=history, settings=dict(self.settings))
 
@@ -107,7 +108,7 @@ def test_convergence_curve_reads_logbooks_and_lists():
           {"gen": 1, "evals": 10, "nevals": 30, "best": 2.0, "time": 0.2}]
     ev, t, best = convergence_curve(ga)
     assert ev.tolist() == [20, 30] and best.tolist() == [3.0, 2.0] and t.tolist() == [0.1, 0.2]
-    trials = [{"evals": 1, "value": 5.0}, {"evals": 1, "value": 6.0}, {"evals": 1, "value": 4.0}]
+    trials = [{"evals": 1, "value": 5.0}, {"evals": 2, "value": 6.0}, {"evals": 3, "value": 4.0}]
     ev, t, best = convergence_curve(trials)
     assert ev.tolist() == [1, 2, 3] and best.tolist() == [5.0, 5.0, 4.0] and np.isnan(t).all()
     assert convergence_curve(trials[:1]) is None

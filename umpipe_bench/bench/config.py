@@ -10,7 +10,8 @@ Example::
 
     [bench]
     name = "smoke"
-    problems = ["sim-s4-b16-s0", "gpt1-*"]   # names or shell-style patterns
+    problems = ["sim-s4-b16-s0", "sim-s8-*"]   # names or shell-style patterns
+    optional_problems = ["gpt1-14"]            # included only when registered
     seeds = [0, 1]
     modes = ["stash", "recompute"]
     budgets = ["evals:2000"]
@@ -38,7 +39,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..plan import MODES
 from ..planners.base import Budget, PlannerError
@@ -99,7 +107,8 @@ class BenchSection(_Strict):
 
     name: str = "bench"
     description: str = ""
-    problems: list[str] = Field(min_length=1)
+    problems: list[str] = Field(default_factory=list)
+    optional_problems: list[str] = Field(default_factory=list)
     seeds: list[int] = Field(default=[0], min_length=1)
     modes: list[Mode] = Field(default=["stash"], min_length=1)
     budgets: list[str] = Field(default=["evals:2000"], min_length=1)
@@ -108,6 +117,12 @@ class BenchSection(_Strict):
     @classmethod
     def _budgets(cls, v: list[str]) -> list[str]:
         return [_check_budget(b) for b in v]
+
+    @model_validator(mode="after")
+    def _some_problems(self) -> BenchSection:
+        if not self.problems and not self.optional_problems:
+            raise ValueError("give 'problems' (or 'optional_problems'): the matrix has none")
+        return self
 
 
 class _MatrixFile(_Strict):
@@ -154,6 +169,12 @@ class BenchConfig:
             problem_names = registered()
         known = list(problem_names)
         default = self._resolve(self.bench.problems, known, "bench.problems")
+        default += [n for n in self._resolve(self.bench.optional_problems, known,
+                                             "bench.optional_problems", optional=True)
+                    if n not in default]
+        if not default:
+            raise ConfigError(f"{self.source}: bench.optional_problems: none is registered "
+                              "and 'problems' is empty: the matrix has no problem")
         per_planner = [
             default if p.problems is None
             else self._resolve(p.problems, known, f"planners[{i}].problems")
@@ -172,7 +193,8 @@ class BenchConfig:
                                             mode, budget))
         return out
 
-    def _resolve(self, patterns: list[str], known: list[str], where: str) -> list[str]:
+    def _resolve(self, patterns: list[str], known: list[str], where: str,
+                 optional: bool = False) -> list[str]:
         lower = {k.lower(): k for k in known}
         out: list[str] = []
         for i, pat in enumerate(patterns):
@@ -180,7 +202,7 @@ class BenchConfig:
                 hits = sorted(k for k in known if fnmatch.fnmatchcase(k.lower(), pat.lower()))
             else:
                 hits = [lower[pat.lower()]] if pat.lower() in lower else []
-            if not hits:
+            if not hits and not optional:
                 raise ConfigError(
                     f"{self.source}: {where}[{i}]: {pat!r} matches no registered problem "
                     f"(see 'umpipe-bench problems')"

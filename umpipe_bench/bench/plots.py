@@ -95,20 +95,16 @@ def draw_speedup(df: pd.DataFrame, path: Path) -> Path | None:
 def convergence_curve(records: list[dict[str, Any]]) -> tuple[np.ndarray, ...] | None:
     """``(evaluations, seconds, best T)`` so far, one point per history record.
 
-    GA logbooks carry ``nevals`` (total so far), ``time`` and ``best``; other planners'
-    histories may carry per-record ``evals`` (summed) and ``best``/``value`` (running min).
+    GA logbooks (DGAP, TiDGAP) carry ``nevals`` (total so far; their ``evals`` is per
+    generation), ``time`` and ``best``; random search and Optuna carry ``evals`` (total so
+    far), ``time``, ``best``/``value``. Records without a best value give None.
     """
     if len(records) < 2:
         return None
     r0 = records[0]
-    if "nevals" in r0:
-        ev = np.array([r["nevals"] for r in records], dtype=float)
-    elif "evaluations" in r0:
-        ev = np.array([r["evaluations"] for r in records], dtype=float)
-    elif "evals" in r0:
-        ev = np.cumsum([r["evals"] for r in records], dtype=float)
-    else:
-        ev = np.arange(1, len(records) + 1, dtype=float)
+    ekey = next((k for k in ("nevals", "evals", "evaluations") if k in r0), None)
+    ev = (np.array([r[ekey] for r in records], dtype=float) if ekey
+          else np.arange(1, len(records) + 1, dtype=float))
     tkey = next((k for k in ("time", "wall_time", "elapsed") if k in r0), None)
     t = np.array([r[tkey] for r in records], dtype=float) if tkey else np.full(len(ev), np.nan)
     bkey = next((k for k in ("best", "value", "min") if k in r0), None)
