@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Capture every committed CPU problem file in problems/data/ (issue 3), one thread per stage.
 #
-#   bash scripts/profile_all.sh            # all six, about 25-35 min on a 2-core machine
+#   bash scripts/profile_all.sh            # all six, about 20-40 min on a shared 2-core machine
 #   bash scripts/profile_all.sh gpt1-mini-s2 vgg16-mini-s2    # just some of them
 #
 # Sizes (why): each profile must fit in ~10 min on one core of this machine, and the planners
@@ -9,8 +9,9 @@
 # * gpt1 at seq 32, B 16: one fwd+bwd sample of full GPT-1 (147M params) costs ~0.6 s on one
 #   core; a profile round is two passes over the grid 1+2+4+8+16 = 31 samples per stage
 #   (~40 s), times 1 warm-up + 5 rounds. B = 32 would double that.
-# * vgg16 at 64 px, B 64: ~0.15 s per sample (fc1 has 8*64*2*2 = 2048 inputs), a round covers
-#   1+...+64 = 127 samples twice (~40 s).
+# * vgg16 at 64 px, B 32: ~0.15 s per sample (fc1 has 8*64*2*2 = 2048 inputs), a round covers
+#   1+...+32 = 63 samples twice (~20 s on an idle core). B = 64 took over 20 min with the
+#   machine shared (load average 5 on 2 cores), so B = 32.
 # * the -mini-s2 ones at B 32 (their models are sized so a B = 32 iteration takes ~0.5-1 s on one
 #   core), 2 stages balanced by a probe, 9 rounds (cheap, and the runtime checks against them).
 # The 4-stage variants are balanced with the per-layer times of the one-layer-per-stage files
@@ -34,8 +35,8 @@ sel() { [[ -z "$SELECTED" ]] || [[ " $SELECTED " == *" $1 "* ]]; }
 
 sel gpt1-mini-s2 && run gpt1-mini-s2 gpt1-mini --batch 32 --stages 2 --repeats 9 --warmup 2
 sel vgg16-mini-s2 && run vgg16-mini-s2 vgg16-mini --batch 32 --stages 2 --repeats 9 --warmup 2
-sel vgg16 && run vgg16 vgg16 --batch 64 --image 64 --repeats 5 --warmup 1
-sel vgg16-s4 && run vgg16-s4 vgg16 --batch 64 --image 64 --stages 4 \
+sel vgg16 && run vgg16 vgg16 --batch 32 --image 64 --repeats 5 --warmup 1
+sel vgg16-s4 && run vgg16-s4 vgg16 --batch 32 --image 64 --stages 4 \
     --balance-from "$OUT/vgg16.json" --repeats 5 --warmup 1
 sel gpt1-14 && run gpt1-14 gpt1 --batch 16 --seq 32 --repeats 5 --warmup 1
 sel gpt1-s4 && run gpt1-s4 gpt1 --batch 16 --seq 32 --stages 4 \
