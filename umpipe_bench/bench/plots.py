@@ -136,24 +136,36 @@ def _histories(df: pd.DataFrame, lb_dir: Path) -> pd.DataFrame:
     return ok[ok["curve"].notna()]
 
 
+def _convergence_keys(h: pd.DataFrame, max_problems: int) -> list[tuple[str, str]]:
+    """Up to ``max_problems`` (problem, mode) panels: one mode per problem (recompute when
+    run), the problems most searching planners ran on first, then the largest."""
+    g = (h.assign(size=h["S"] * h["B"], stash=(h["mode"] == "stash").astype(int))
+         .groupby(["problem", "mode"])
+         .agg(n=("planner", "nunique"), size=("size", "max"), stash=("stash", "max"))
+         .reset_index()
+         .sort_values(["n", "stash", "size"], ascending=[False, True, False]))
+    return list(g.drop_duplicates("problem").head(max_problems)[["problem", "mode"]]
+                .itertuples(index=False, name=None))
+
+
 def draw_convergence(df: pd.DataFrame, lb_dir: Path, path: Path,
-                     max_problems: int = 3) -> Path | None:
-    """Best-so-far speedup vs GPipe-EDP by evaluations and by wall time."""
+                     max_problems: int = 3, floor: float = -5.0) -> Path | None:
+    """Best-so-far speedup vs GPipe-EDP by evaluations and by wall time.
+
+    The y axis stops at ``floor`` % so that a planner far below GPipe (random search starts
+    from random plans) does not flatten the others; its legend entry gives its final value.
+    """
     h = _histories(df, lb_dir)
     if h.empty:
         return None
     plt = _plt()
-    # the largest problems that several searching planners ran on, recompute mode first
-    h = h.assign(size=h["S"] * h["B"], rmode=(h["mode"] != "recompute").astype(int))
-    keys = (h.groupby(["problem", "mode"]).agg(n=("planner", "nunique"), size=("size", "max"),
-                                                rmode=("rmode", "max"))
-            .sort_values(["rmode", "size"], ascending=[True, False]))
-    keys = keys[keys["n"] == keys["n"].max()].head(max_problems).index.tolist()
+    keys = _convergence_keys(h, max_problems)
     planners = list(dict.fromkeys(h["planner"]))
     colors = {p: plt.cm.tab10(i % 10) for i, p in enumerate(planners)}
     fig, axes = plt.subplots(len(keys), 2, figsize=(11, 3.4 * len(keys) + 0.6), squeeze=False)
     for row, (problem, mode) in enumerate(keys):
         sub = h[(h["problem"] == problem) & (h["mode"] == mode)]
+        finals = []
         for col, (xi, xlabel) in enumerate(((0, "evaluations"), (1, "wall time (s)"))):
             ax = axes[row, col]
             for planner, g in sub.groupby("planner", sort=False):
@@ -166,11 +178,16 @@ def draw_convergence(df: pd.DataFrame, lb_dir: Path, path: Path,
                     runs.append((x, y))
                 if runs:
                     gx, gy = _mean_step(runs)
+                    finals.append(gy[-1])
+                    below = f", ends {gy[-1]:+.1f} %: off the axis" if gy[-1] < floor else ""
                     ax.step(gx, gy, where="post", color=colors[planner], lw=2,
-                            label=f"{planner} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+                            label=f"{planner} ({len(runs)} seed{'s' * (len(runs) > 1)}{below})")
             if col == 1:  # planners differ by orders of magnitude in speed
                 ax.set_xscale("log")
                 ax.xaxis.set_minor_formatter(plt.NullFormatter())
+            top = max(finals, default=0.0)
+            ax.set_ylim(max(floor, min(finals, default=floor)) - 0.05 * (top - floor + 1),
+                        top + 0.1 * (top - floor + 1))
             ax.set_xlabel(xlabel)
             ax.set_ylabel("best speedup vs GPipe-EDP (%)")
             ax.grid(alpha=0.3)

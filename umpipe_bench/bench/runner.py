@@ -86,6 +86,14 @@ def _load_problem(name: str) -> Problem:
     return get_problem(name)
 
 
+def _clear_reference_cache() -> None:
+    try:
+        from ..planners.reference import clear_cache
+    except ImportError:
+        return
+    clear_cache()
+
+
 def run_cell(cell: Cell, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Run one cell and return its result columns; a failure is returned as ``error``.
 
@@ -96,6 +104,7 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     out = Path(out_dir)
     row: dict[str, Any] = {**flatten_settings(cell.settings)}
     try:
+        _clear_reference_cache()  # each planner pays for its own EDP scans (wall_time)
         problem = _load_problem(cell.problem)
         planner = planner_class(cell.planner_name)(**cell.settings)
         row.update(flatten_settings(getattr(planner, "settings", cell.settings)))
