@@ -30,7 +30,7 @@ class RandomSearch(Planner):
     """Best of N random plans (settings: ``batch``, ``backend``)."""
 
     name = "random-search"
-    default_budget = "evals:100000"
+    default_budget = "evals:200000"
     defaults = {"batch": 128, "backend": "auto"}
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,

@@ -151,7 +151,7 @@ class TiDGAP(Planner):
     """
 
     name = "tidgap"
-    default_budget = "evals:100000"
+    default_budget = "evals:200000"
     defaults = {**GA_DEFAULTS, "backend": "auto", "device": ""}
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
