@@ -99,9 +99,12 @@ def test_cells_expand_in_problem_order_with_overrides():
     assert cells[0].settings_hash != cells[2].settings_hash
 
 
-def test_patterns_match_registered_problems():
+def test_patterns_match_registered_problems_in_natural_order():
     cfg = _config(bench={"problems": ["sim-s4-b16-*"]})
     assert {c.problem for c in cfg.cells()} == {"sim-s4-b16-s0", "sim-s4-b16-s1"}
+    cfg = _config(bench={"problems": ["sim-s*-b64-s0"]})
+    assert list(dict.fromkeys(c.problem for c in cfg.cells())) == [
+        "sim-s4-b64-s0", "sim-s8-b64-s0", "sim-s16-b64-s0", "sim-s32-b64-s0"]
 
 
 def test_optional_problems_are_skipped_when_absent():

@@ -32,6 +32,7 @@ import fnmatch
 import hashlib
 import importlib
 import json
+import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -199,7 +200,8 @@ class BenchConfig:
         out: list[str] = []
         for i, pat in enumerate(patterns):
             if any(ch in pat for ch in "*?["):
-                hits = sorted(k for k in known if fnmatch.fnmatchcase(k.lower(), pat.lower()))
+                hits = sorted((k for k in known if fnmatch.fnmatchcase(k.lower(), pat.lower())),
+                              key=_natural)
             else:
                 hits = [lower[pat.lower()]] if pat.lower() in lower else []
             if not hits and not optional:
@@ -218,6 +220,11 @@ class BenchConfig:
             except (KeyError, ImportError, AttributeError) as exc:
                 msg = exc.args[0] if exc.args else exc
                 raise ConfigError(f"{self.source}: planners[{i}].name: {msg}") from None
+
+
+def _natural(name: str) -> list[Any]:
+    """Sort key putting sim-s4 before sim-s16 (digit runs compare as numbers)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 def planner_class(name: str) -> type:
