@@ -141,6 +141,12 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
         if p.mode != "stash" or problem.B % len(p.fwd[0]):
             q, _ = best_edp(problem, sched, divides=True)
             specs.append(save_plan(q, pdir / f"{stem(sched, q)}-peer.json", sched))
+    # contrast plans: a large predicted difference checks that predicted speedups hold when
+    # they are big, not only the planner's small gains
+    for spec in args.contrast:
+        sched, _, m = spec.partition(":")
+        c = Plan.edp(problem.S, problem.B, int(m), "stash")
+        specs.append(save_plan(c, pdir / f"contrast-{stem(sched, c)}.json", sched))
     per_round = (
         sum(predict(problem, Plan.load(s), str(Plan.load(s).meta["schedule"])) for s in specs) * 1.6
     )  # + the torch entries
@@ -240,6 +246,14 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
                 f"- {planned['plan']} vs {base['plan']}: measured speedup {sp:.3f}, predicted "
                 f"{pred:.3f} ({ok} the >= 0.8x goal)."
             )
+        for c in (r for r in rows if r["plan"].startswith("contrast")):
+            for base in (rows[0], planned):
+                sp = paired(ent[c["plan"]]["times"], ent[base["plan"]]["times"])
+                pred = c["predicted_time"] / base["predicted_time"]
+                lines.append(
+                    f"- {base['plan']} vs {c['plan']} (contrast): measured speedup {sp:.3f}, "
+                    f"predicted {pred:.3f} (measured/predicted {sp / pred:.2f})."
+                )
         errs = [
             abs(r["model_error"])
             for r in rows
@@ -280,9 +294,17 @@ def main() -> int:
         help="target measured seconds per problem when --iters is 0",
     )
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument(
+        "--contrast",
+        action="append",
+        default=None,
+        metavar="SCHED:M",
+        help="extra EDP plans with a large predicted difference (default: gpipe:1)",
+    )
     ap.add_argument("--out", default=str(ROOT / "results" / "real"))
     args = ap.parse_args()
     args.planner = args.planner or ["tidgap", "dgap"]
+    args.contrast = ["gpipe:1"] if args.contrast is None else [c for c in args.contrast if c]
     results = {name: measure(name, args) for name in args.problems}
     md = markdown(results)
     Path(args.out, "README.md").write_text(md)
