@@ -54,7 +54,8 @@ def draw_speedup(df: pd.DataFrame, path: Path) -> Path | None:
     problems = list(dict.fromkeys(best["problem"]))
     modes = [m for m in ("stash", "recompute") if m in set(best["mode"])]
     width = 0.8 / (len(modes) + 1)
-    fig, axes = plt.subplots(1, 2, figsize=(max(9, 1.7 * len(problems) + 4), 4.8), sharey=True)
+    fig, axes = plt.subplots(2, 1, figsize=(max(9.0, 1.2 * len(problems) + 3), 8.5),
+                             sharex=True, sharey=True)
     x = np.arange(len(problems))
     for ax, which, title in ((axes[0], "gpipe", "vs best GPipe-EDP"),
                              (axes[1], "1f1b", "vs best 1F1B-EDP (paper: PipeDream)")):
@@ -76,19 +77,20 @@ def draw_speedup(df: pd.DataFrame, path: Path) -> Path | None:
         ax.bar_label(bars, labels=["" if np.isnan(v) else
                                    f"{'≥' if v >= 100 else ''}{v:.1f}" for v in paper],
                      fontsize=7, padding=1, color="#555555")
-        ax.set_xticks(x, problems, rotation=30, ha="right", fontsize=8)
-        ax.set_title(title, fontsize=10)
+        ax.set_xticks(x, problems, rotation=25, ha="right", fontsize=9)
+        ax.set_title(title, fontsize=10, loc="left")
         ax.axhline(0, color="black", linewidth=0.6)
         ax.set_yscale("symlog", linthresh=10)  # a few % and the paper's >= 170 % both legible
         ax.margins(y=0.12)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylabel("training speedup (%), symlog axis\n100 · (T_EDP / T − 1)")
+    for ax in axes:
+        ax.set_ylabel("training speedup (%), symlog axis\n100 · (T_EDP / T − 1)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8,
                frameon=False)
     fig.suptitle("Best plan per problem vs the best equal-microbatch plan (predicted)",
                  fontsize=11)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     return _save(fig, path)
 
 
@@ -138,12 +140,16 @@ def _histories(df: pd.DataFrame, lb_dir: Path) -> pd.DataFrame:
 
 def _convergence_keys(h: pd.DataFrame, max_problems: int) -> list[tuple[str, str]]:
     """Up to ``max_problems`` (problem, mode) panels: one mode per problem (recompute when
-    run), the problems most searching planners ran on first, then the largest."""
-    g = (h.assign(size=h["S"] * h["B"], stash=(h["mode"] == "stash").astype(int))
+    run), the problems most searching planners ran on first, then measured (profiled) ones,
+    then the largest."""
+    g = (h.assign(size=h["S"] * h["B"], stash=(h["mode"] == "stash").astype(int),
+                  synthetic=(h["source"] == "synthetic").astype(int))
          .groupby(["problem", "mode"])
-         .agg(n=("planner", "nunique"), size=("size", "max"), stash=("stash", "max"))
+         .agg(n=("planner", "nunique"), size=("size", "max"), stash=("stash", "max"),
+              synthetic=("synthetic", "max"))
          .reset_index()
-         .sort_values(["n", "stash", "size"], ascending=[False, True, False]))
+         .sort_values(["n", "synthetic", "stash", "size"],
+                      ascending=[False, True, True, False]))
     return list(g.drop_duplicates("problem").head(max_problems)[["problem", "mode"]]
                 .itertuples(index=False, name=None))
 
@@ -165,7 +171,8 @@ def draw_convergence(df: pd.DataFrame, lb_dir: Path, path: Path,
     fig, axes = plt.subplots(len(keys), 2, figsize=(11, 3.4 * len(keys) + 0.6), squeeze=False)
     for row, (problem, mode) in enumerate(keys):
         sub = h[(h["problem"] == problem) & (h["mode"] == mode)]
-        finals = []
+        finals: list[float] = []
+        peaks: list[float] = []
         for col, (xi, xlabel) in enumerate(((0, "evaluations"), (1, "wall time (s)"))):
             ax = axes[row, col]
             for planner, g in sub.groupby("planner", sort=False):
@@ -176,6 +183,7 @@ def draw_convergence(df: pd.DataFrame, lb_dir: Path, path: Path,
                         continue
                     ax.step(x, y, where="post", color=colors[planner], alpha=0.3, lw=0.8)
                     runs.append((x, y))
+                    peaks.append(float(np.max(y)))
                 if runs:
                     gx, gy = _mean_step(runs)
                     finals.append(gy[-1])
@@ -185,7 +193,7 @@ def draw_convergence(df: pd.DataFrame, lb_dir: Path, path: Path,
             if col == 1:  # planners differ by orders of magnitude in speed
                 ax.set_xscale("log")
                 ax.xaxis.set_minor_formatter(plt.NullFormatter())
-            top = max(finals, default=0.0)
+            top = max(peaks, default=0.0)
             ax.set_ylim(max(floor, min(finals, default=floor)) - 0.05 * (top - floor + 1),
                         top + 0.1 * (top - floor + 1))
             ax.set_xlabel(xlabel)
