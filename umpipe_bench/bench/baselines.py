@@ -3,7 +3,7 @@
 For one problem and memory mode, the best EDP(M) plan over all ``M in 1..B`` under the gpipe
 schedule and under 1f1b (MODEL.md §2-§3), as GPipe and PipeDream-flush would run it with the
 best microbatch count: :func:`umpipe_bench.planners.reference.best_edp`, the one the planners
-and the ``plan`` CLI use (a plain simulator scan stands in where that module is absent).
+and the ``plan`` CLI use.
 
 Results are cached per (problem, mode) in memory and in a JSON file beside the leaderboard,
 keyed by a hash of the problem's content, so a resumed run does not search again and a
@@ -13,16 +13,14 @@ re-profiled problem is never compared with a stale baseline.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..plan import Plan
+from ..planners.reference import best_edp as reference_best_edp
 from ..problem import Problem, atomic_write_text
-from ..simulator import gpipe_recurrence, simulate
 
 __all__ = ["BaselineCache", "EdpBaseline", "best_edp", "problem_digest"]
 
@@ -36,33 +34,11 @@ class EdpBaseline:
     T: float
     M: int
 
-    def plan(self, problem: Problem) -> Plan:
-        return Plan.edp(problem.S, problem.B, self.M, self.mode)
-
-
-def _reference_impl() -> Any:
-    try:
-        mod = importlib.import_module("umpipe_bench.planners.reference")
-    except ImportError:
-        return None
-    return getattr(mod, "best_edp", None)
-
 
 def best_edp(problem: Problem, mode: str, schedule: str) -> EdpBaseline:
     """The best EDP(M) over all M under ``schedule`` (ties: the smaller M)."""
-    ref = _reference_impl()
-    if ref is not None:
-        M, T = ref(problem, mode, schedule)
-        return EdpBaseline(schedule, mode, float(T), int(M))
-    best: tuple[float, int] | None = None
-    for M in range(1, problem.B + 1):
-        plan = Plan.edp(problem.S, problem.B, M, mode)
-        T = (gpipe_recurrence(problem, plan) if schedule == "gpipe"
-             else float(simulate(problem, plan, schedule).iteration_time))
-        if best is None or T < best[0]:
-            best = (T, M)
-    assert best is not None
-    return EdpBaseline(schedule, mode, float(best[0]), best[1])
+    M, T = reference_best_edp(problem, mode, schedule)
+    return EdpBaseline(schedule, mode, float(T), int(M))
 
 
 def problem_digest(problem: Problem) -> str:

@@ -14,7 +14,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +135,3 @@ class Leaderboard:
 
     def __len__(self) -> int:
         return len(self.rows)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return iter(self.rows)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..planners.reference import clear_cache
 from ..problem import Problem, atomic_write_text
 from .baselines import BaselineCache
 from .config import BenchConfig, Cell, planner_class
@@ -86,14 +87,6 @@ def _load_problem(name: str) -> Problem:
     return get_problem(name)
 
 
-def _clear_reference_cache() -> None:
-    try:
-        from ..planners.reference import clear_cache
-    except ImportError:
-        return
-    clear_cache()
-
-
 def run_cell(cell: Cell, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Run one cell and return its result columns; a failure is returned as ``error``.
 
@@ -104,7 +97,7 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     out = Path(out_dir)
     row: dict[str, Any] = {**flatten_settings(cell.settings)}
     try:
-        _clear_reference_cache()  # each planner pays for its own EDP scans (wall_time)
+        clear_cache()  # each planner pays for its own EDP scans (its wall_time)
         problem = _load_problem(cell.problem)
         planner = planner_class(cell.planner_name)(**cell.settings)
         row.update(flatten_settings(getattr(planner, "settings", cell.settings)))
