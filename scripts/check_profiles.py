@@ -15,7 +15,13 @@ profile's prediction for the same work, the sum over stages and microbatches of
 
 Communication and the optimizer step are not in either side. Error = predicted / direct - 1.
 
+``--clock thread-cpu`` times both sides in CPU seconds of the one compute thread instead of
+wall seconds (the fresh profile too; the committed file stays wall time, so its column is then
+only indicative). On a machine shared with other jobs, wall times swing 2-3x with their load;
+CPU time does not, which shows how much of the wall-clock error is the profile's own.
+
     python scripts/check_profiles.py                     # gpt1-mini-s2 vgg16-mini-s2
+    python scripts/check_profiles.py --clock thread-cpu
     python scripts/check_profiles.py vgg16-mini-s2 --repeats 7 --splits 1,2,4,8
 """
 
@@ -51,10 +57,12 @@ def predict(problem: Problem, sizes: list[int]) -> float:
     return sum(problem.fwd(s, m) + problem.bwd(s, m) for s in range(problem.S) for m in sizes)
 
 
-def direct_once(layers: list[Any], loss_fn: Any, x: Any, y: Any, sizes: list[int]) -> float:
+def direct_once(
+    layers: list[Any], loss_fn: Any, x: Any, y: Any, sizes: list[int], now: Any = time.perf_counter
+) -> float:
     """One mini-batch as microbatches of ``sizes``, forward+backward each, single process."""
     B = x.shape[0]
-    t0 = time.perf_counter()
+    t0 = now()
     start = 0
     for m in sizes:
         h = x[start : start + m]
@@ -62,10 +70,12 @@ def direct_once(layers: list[Any], loss_fn: Any, x: Any, y: Any, sizes: list[int
             h = layer(h)
         (loss_fn(h, y[start : start + m]) / B).backward()
         start += m
-    return time.perf_counter() - t0
+    return now() - t0
 
 
-def check(name: str, splits: list[int], repeats: int, fresh_repeats: int) -> list[dict[str, Any]]:
+def check(
+    name: str, splits: list[int], repeats: int, fresh_repeats: int, clock: str
+) -> list[dict[str, Any]]:
     path = ROOT / "problems" / "data" / f"{name}.json"
     problem = Problem.load(path)
     prov = problem.provenance
@@ -77,6 +87,7 @@ def check(name: str, splits: list[int], repeats: int, fresh_repeats: int) -> lis
     layers = spec.build(prov["config"], dtype, seed)
     x, y = spec.sample_batch(B, prov["config"], seed, dtype)
     splits = [M for M in splits if M <= B]
+    now = time.thread_time if clock == "thread-cpu" else time.perf_counter
 
     samples: dict[int, list[float]] = {M: [] for M in splits}
 
@@ -84,7 +95,7 @@ def check(name: str, splits: list[int], repeats: int, fresh_repeats: int) -> lis
         for r in range(n):  # round-robin over M, rotating start
             k = (r + offset) % len(splits)
             for M in splits[k:] + splits[:k]:
-                samples[M].append(direct_once(layers, spec.loss, x, y, edp_sizes(B, M)))
+                samples[M].append(direct_once(layers, spec.loss, x, y, edp_sizes(B, M), now))
 
     for M in splits:  # warm-up
         direct_once(layers, spec.loss, x, y, edp_sizes(B, M))
@@ -102,6 +113,7 @@ def check(name: str, splits: list[int], repeats: int, fresh_repeats: int) -> lis
         optimizer=prov.get("optimizer", "adam"),
         dtype=prov.get("dtype", "float32"),
         seed=seed,
+        clock=clock,
         link=LinkFigures(0.0, 1e12),
         progress=False,
     )
@@ -136,12 +148,16 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=6, help="direct rounds (half before, half after)"
     )
     ap.add_argument("--fresh-repeats", type=int, default=5, help="rounds of the fresh profile")
+    ap.add_argument(
+        "--clock", choices=("wall", "thread-cpu"), default="wall", help="timer for both sides"
+    )
     args = ap.parse_args(argv)
     splits = [int(v) for v in args.splits.split(",")]
     rows = []
     for name in args.problems:
         print(f"checking {name} ...", file=sys.stderr, flush=True)
-        rows += check(name, splits, args.repeats, args.fresh_repeats)
+        rows += check(name, splits, args.repeats, args.fresh_repeats, args.clock)
+    print(f"clock: {args.clock}")
     hdr = (
         f"{'problem':<15} {'M':>3} {'sizes':<16} {'direct ms':>10} {'noise':>6} "
         f"{'file ms':>9} {'err':>7} {'fresh ms':>9} {'err':>7}"

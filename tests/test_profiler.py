@@ -131,6 +131,25 @@ def test_balanced_grouping_is_deterministic(known, tmp_path):
     assert "per-layer.json" in q1.provenance["balance"]
 
 
+def test_thread_cpu_clock():
+    p = _profile(clock="thread-cpu", repeats=2, warmup=0)
+    assert p.provenance["clock"] == "thread-cpu"
+    assert p.fwd(3, 8) > 4 * p.fwd(0, 8)  # 16 matmuls vs 1, in CPU seconds
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(ValueError, match="needs threads=1"):
+            _profile(clock="thread-cpu", threads=None)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_profile_leaves_the_thread_count_alone():
+    before = torch.get_num_threads()
+    _profile(threads=1, repeats=1, warmup=0)
+    assert torch.get_num_threads() == before
+
+
 def test_balance_from_rejects_another_config(known, tmp_path):
     path = tmp_path / "per-layer.json"
     known.save(path)
@@ -147,6 +166,7 @@ def test_balance_from_rejects_another_config(known, tmp_path):
         ({"repeats": 0}, "repeats"),
         ({"dtype": "float8"}, "unknown dtype"),
         ({"optimizer": "lion"}, "unknown optimizer"),
+        ({"clock": "sundial"}, "unknown clock"),
         ({"config": {"hiden": 3}}, "unknown field 'hiden'"),
     ],
 )

@@ -69,6 +69,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32")
     p.add_argument("--seed", type=int, default=0, help="weights, batch and gradients seed")
     p.add_argument(
+        "--clock",
+        choices=("wall", "thread-cpu"),
+        default="wall",
+        help="CPU timer: wall time, or CPU seconds of the one compute thread (diagnostic on a "
+        "shared machine; needs --threads 1)",
+    )
+    p.add_argument(
         "--link-latency", type=float, help="seconds; with --link-bandwidth skips calibration"
     )
     p.add_argument("--link-bandwidth", type=float, help="bytes/s; with --link-latency")
@@ -116,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         optimizer=args.optimizer,
         dtype=args.dtype,
         seed=args.seed,
+        clock=args.clock,
         link=link,
         link_backend=args.link_backend,
         name=args.name or out.stem,

@@ -16,8 +16,11 @@ offset of the cell list (a rotation), and the stash and recompute passes of a ce
 every round. Slow drift of the machine therefore lands on all cells alike instead of on the
 sizes measured last. Each figure is the median over the rounds; its noise figure is max/min.
 
-Clocks: on CPU ``time.perf_counter`` around synchronous ops; on CUDA, CUDA events recorded in
-the stream and read after ``torch.cuda.synchronize()``.
+Clocks: on CPU ``time.perf_counter`` around synchronous ops (wall time, what a pipeline
+sees); on CUDA, CUDA events recorded in the stream and read after ``torch.cuda.synchronize()``.
+A diagnostic third clock, ``thread-cpu`` (``time.thread_time``: CPU seconds of the calling
+thread, one intra-op thread only), leaves out the time the process waits for a core, so on a
+shared machine it separates the profile's own error from the other tenants' load.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import torch
 from torch import nn
 
 __all__ = [
+    "CLOCKS",
     "CellStats",
     "Clock",
     "Measurements",
@@ -76,9 +80,34 @@ class CudaClock(Clock):
         return float(a.elapsed_time(b)) / 1e3
 
 
-def make_clock(device: torch.device) -> Clock:
-    """The clock for a device: CUDA events on ``cuda``, ``perf_counter`` otherwise."""
-    return CudaClock(device) if device.type == "cuda" else Clock()
+class ThreadCpuClock(Clock):
+    """CPU seconds of the calling thread (``time.thread_time``); needs one intra-op thread
+    (CPU autograd runs backward on the calling thread, so that is all the work)."""
+
+    def mark(self) -> Any:
+        return time.thread_time()
+
+
+CLOCKS = ("wall", "thread-cpu")
+
+
+def make_clock(device: torch.device, kind: str = "wall") -> Clock:
+    """The clock for a device: CUDA events on ``cuda``; on CPU ``perf_counter`` (``wall``) or
+    ``time.thread_time`` (``thread-cpu``, one thread only)."""
+    if kind not in CLOCKS:
+        raise ValueError(f"unknown clock {kind!r}; valid clocks: {', '.join(CLOCKS)}")
+    if device.type == "cuda":
+        if kind != "wall":
+            raise ValueError("clock 'thread-cpu' is for CPU profiles; CUDA uses CUDA events")
+        return CudaClock(device)
+    if kind == "thread-cpu":
+        if torch.get_num_threads() != 1:
+            raise ValueError(
+                f"clock 'thread-cpu' needs threads=1 (got {torch.get_num_threads()}): other "
+                "intra-op threads' CPU time would be missed"
+            )
+        return ThreadCpuClock()
+    return Clock()
 
 
 @dataclass

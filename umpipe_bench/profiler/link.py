@@ -142,7 +142,7 @@ def calibrate_link(
     threads: int = 1,
     backend: str = "gloo",
     message_bytes: tuple[int, ...] = DEFAULT_MESSAGE_BYTES,
-    round_trips: int = 20,
+    round_trips: int = 40,
     warmup: int = 3,
     attempts: int = 3,
 ) -> LinkCalibration:

@@ -106,6 +106,7 @@ def profile_model(
     optimizer: str = "adam",
     dtype: str = "float32",
     seed: int = 0,
+    clock: str = "wall",
     link: LinkFigures | None = None,
     link_backend: str = "gloo",
     name: str | None = None,
@@ -117,6 +118,8 @@ def profile_model(
     Runs, in order: the grouping (maybe a per-layer probe), the timed rounds over all cells
     (see :mod:`.engine` for the interleaved order), the memory pass, and the link calibration
     unless ``link`` gives the figures. Returns a validated :class:`Problem`; ``save`` it.
+    ``clock="thread-cpu"`` (CPU, one thread) times CPU seconds instead of wall seconds: a
+    diagnostic for shared machines, not what a committed profile should hold.
     """
     from problems.models import get_model
 
@@ -129,108 +132,124 @@ def profile_model(
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
-    if threads is not None:
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
-    spec = get_model(model)
-    sizes = size_grid(B)
-    tdtype = _DTYPES[dtype]
-    layers = [layer.to(dev) for layer in spec.build(dict(config or {}), tdtype, seed)]
-    full_config = _resolved_config(spec, config)
-    inputs, targets = spec.sample_batch(B, dict(config or {}), seed, tdtype)
-    inputs, targets = inputs.to(dev), targets.to(dev)
-    clock = make_clock(dev)
-    n_layers = len(layers)
-
-    # ---- 1. layers -> stages
-    balance_note = None
-    if grouping.layers_per_stage is not None:
-        lps = check_layers_per_stage(grouping.layers_per_stage, n_layers)
-        how_grouped = "explicit"
-    elif grouping.stages is not None:
-        S = grouping.stages
-        if grouping.balance_from:
-            costs = layer_costs_from_problem(grouping.balance_from, model, full_config, B, n_layers)
-            balance_note = f"layer times fwd(B)+bwd(B) read from {Path(grouping.balance_from).name}"
-        else:
-            say(f"probing {n_layers} layers at size {B} to balance {S} stages")
-            probe_rigs = prepare_rigs(
-                layers, one_per_stage(n_layers), inputs, targets, optimizer=optimizer, seed=seed
-            )
-            probe = measure_cells(
-                probe_rigs, (B,), spec.loss, clock, repeats=3, warmup=1, recompute=False, opt=False
-            )
-            costs = [probe.fwd[s][0].median + probe.bwd[s][0].median for s in range(n_layers)]
-            balance_note = "layer times fwd(B)+bwd(B) from a probe: median of 3 after 1 warm-up"
-            del probe_rigs
-            for layer in layers:
-                layer.zero_grad(set_to_none=True)
-        lps = balanced_partition(costs, S)
-        how_grouped = "balanced: exact linear-partition DP minimizing the slowest stage"
-    else:
-        lps = one_per_stage(n_layers)
-        how_grouped = "one layer per stage"
-    say(f"layers per stage: {','.join(map(str, lps))} ({how_grouped})")
-
-    # ---- 2. link first (seconds; fails fast): one sample of the smallest boundary up to B
-    # samples of the largest, measured on the stage inputs a no-grad forward produced
-    rigs = prepare_rigs(layers, lps, inputs, targets, optimizer=optimizer, seed=seed)
-    if link is None and len(rigs) > 1:
-        per_sample = [rig.inputs[:1].numel() * rig.inputs.element_size() for rig in rigs[1:]]
-        messages = message_grid(min(per_sample), max(per_sample) * B)
-        say(f"calibrating the link: ping-pong of {len(messages)} sizes between two processes")
-        cal = calibrate_link(threads=threads or 1, backend=link_backend, message_bytes=messages)
-    elif link is None:
-        cal = LinkCalibration(0.0, 1.0, method="single stage: no link")
-    else:
-        cal = LinkCalibration(link.latency, link.bandwidth, method="given on the command line")
-
-    # ---- 3. timed rounds
-    n_cells = len(rigs) * (len(sizes) + 1)
-    bar = _progress_bar(n_cells * (warmup + repeats), model, progress)
+    previous_threads = torch.get_num_threads()
     try:
-        meas = measure_cells(
-            rigs,
-            sizes,
-            spec.loss,
-            clock,
-            repeats=repeats,
-            warmup=warmup,
-            progress=bar.update if bar is not None else None,
+        if threads is not None:
+            if threads < 1:
+                raise ValueError(f"threads must be >= 1, got {threads}")
+            torch.set_num_threads(threads)
+        spec = get_model(model)
+        sizes = size_grid(B)
+        tdtype = _DTYPES[dtype]
+        layers = [layer.to(dev) for layer in spec.build(dict(config or {}), tdtype, seed)]
+        full_config = _resolved_config(spec, config)
+        inputs, targets = spec.sample_batch(B, dict(config or {}), seed, tdtype)
+        inputs, targets = inputs.to(dev), targets.to(dev)
+        timer = make_clock(dev, clock)
+        n_layers = len(layers)
+
+        # ---- 1. layers -> stages
+        balance_note = None
+        if grouping.layers_per_stage is not None:
+            lps = check_layers_per_stage(grouping.layers_per_stage, n_layers)
+            how_grouped = "explicit"
+        elif grouping.stages is not None:
+            S = grouping.stages
+            if grouping.balance_from:
+                costs = layer_costs_from_problem(
+                    grouping.balance_from, model, full_config, B, n_layers
+                )
+                balance_note = (
+                    f"layer times fwd(B)+bwd(B) read from {Path(grouping.balance_from).name}"
+                )
+            else:
+                say(f"probing {n_layers} layers at size {B} to balance {S} stages")
+                probe_rigs = prepare_rigs(
+                    layers, one_per_stage(n_layers), inputs, targets, optimizer=optimizer, seed=seed
+                )
+                probe = measure_cells(
+                    probe_rigs,
+                    (B,),
+                    spec.loss,
+                    timer,
+                    repeats=3,
+                    warmup=1,
+                    recompute=False,
+                    opt=False,
+                )
+                costs = [probe.fwd[s][0].median + probe.bwd[s][0].median for s in range(n_layers)]
+                balance_note = "layer times fwd(B)+bwd(B) from a probe: median of 3 after 1 warm-up"
+                del probe_rigs
+                for layer in layers:
+                    layer.zero_grad(set_to_none=True)
+            lps = balanced_partition(costs, S)
+            how_grouped = "balanced: exact linear-partition DP minimizing the slowest stage"
+        else:
+            lps = one_per_stage(n_layers)
+            how_grouped = "one layer per stage"
+        say(f"layers per stage: {','.join(map(str, lps))} ({how_grouped})")
+
+        # ---- 2. link first (seconds; fails fast): one sample of the smallest boundary up to B
+        # samples of the largest, measured on the stage inputs a no-grad forward produced
+        rigs = prepare_rigs(layers, lps, inputs, targets, optimizer=optimizer, seed=seed)
+        if link is None and len(rigs) > 1:
+            per_sample = [rig.inputs[:1].numel() * rig.inputs.element_size() for rig in rigs[1:]]
+            messages = message_grid(min(per_sample), max(per_sample) * B)
+            say(f"calibrating the link: ping-pong of {len(messages)} sizes between two processes")
+            cal = calibrate_link(threads=threads or 1, backend=link_backend, message_bytes=messages)
+        elif link is None:
+            cal = LinkCalibration(0.0, 1.0, method="single stage: no link")
+        else:
+            cal = LinkCalibration(link.latency, link.bandwidth, method="given on the command line")
+
+        # ---- 3. timed rounds
+        n_cells = len(rigs) * (len(sizes) + 1)
+        bar = _progress_bar(n_cells * (warmup + repeats), model, progress)
+        try:
+            meas = measure_cells(
+                rigs,
+                sizes,
+                spec.loss,
+                timer,
+                repeats=repeats,
+                warmup=warmup,
+                progress=bar.update if bar is not None else None,
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+
+        # ---- 4. memory and boundary bytes
+        mem = [measure_memory(rig, B, spec.loss) for rig in rigs]
+
+        elapsed = time.perf_counter() - started
+        return _assemble(
+            name or f"{model}-s{len(lps)}",
+            model=model,
+            config=full_config,
+            B=B,
+            lps=lps,
+            meas=meas,
+            mem=mem,
+            cal=cal,
+            rigs_layers=[rig.layers for rig in rigs],
+            layer_names=[type(layer).__name__ for layer in layers],
+            settings={
+                "device": str(dev),
+                "threads": torch.get_num_threads(),
+                "repeats": repeats,
+                "warmup": warmup,
+                "optimizer": optimizer,
+                "dtype": dtype,
+                "seed": seed,
+                "clock": clock,
+                "grouping": how_grouped,
+                "balance": balance_note,
+                "profile_seconds": round(elapsed, 1),
+            },
         )
     finally:
-        if bar is not None:
-            bar.close()
-
-    # ---- 4. memory and boundary bytes
-    mem = [measure_memory(rig, B, spec.loss) for rig in rigs]
-
-    elapsed = time.perf_counter() - started
-    return _assemble(
-        name or f"{model}-s{len(lps)}",
-        model=model,
-        config=full_config,
-        B=B,
-        lps=lps,
-        meas=meas,
-        mem=mem,
-        cal=cal,
-        rigs_layers=[rig.layers for rig in rigs],
-        layer_names=[type(layer).__name__ for layer in layers],
-        settings={
-            "device": str(dev),
-            "threads": torch.get_num_threads(),
-            "repeats": repeats,
-            "warmup": warmup,
-            "optimizer": optimizer,
-            "dtype": dtype,
-            "seed": seed,
-            "grouping": how_grouped,
-            "balance": balance_note,
-            "profile_seconds": round(elapsed, 1),
-        },
-    )
+        torch.set_num_threads(previous_threads)  # a library call leaves no trace
 
 
 def _resolved_config(spec: Any, config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -321,6 +340,7 @@ def _assemble(
         "repeats": repeats,
         "warmup_rounds": warmup,
         "seed": settings["seed"],
+        "clock": settings["clock"],
         "dtype": settings["dtype"],
         "optimizer": settings["optimizer"],
         "grouping": settings["grouping"],
@@ -343,7 +363,9 @@ def _assemble(
             "noise": "stages[s].extra.noise: max/min over the rounds, per cell",
             "clock": "CUDA events + synchronize"
             if settings["device"].startswith("cuda")
-            else "time.perf_counter (synchronous CPU ops)",
+            else "time.thread_time: CPU seconds of the one compute thread (not wall time)"
+            if settings["clock"] == "thread-cpu"
+            else "time.perf_counter wall time (synchronous CPU ops)",
             "memory": "param_bytes = parameters + gradients + optimizer state; saved activations "
             "= storages autograd saves for backward (saved_tensors_hooks), without parameters "
             "and the stage input, at size B divided by B; input bytes = stage input / sample",
