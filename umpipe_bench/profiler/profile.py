@@ -69,6 +69,14 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _host(device: str) -> dict[str, Any]:
+    host: dict[str, Any] = {"cpu": _cpu_name(), "python": platform.python_version()}
+    if device.startswith("cuda"):
+        host["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        host["cuda"] = torch.version.cuda
+    return host
+
+
 def layer_costs_from_problem(
     path: str, model: str, config: Mapping[str, Any], B: int, n_layers: int
 ) -> list[float]:
@@ -336,7 +344,7 @@ def _assemble(
         "torch": torch.__version__,
         "threads": settings["threads"],
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "host": {"cpu": _cpu_name(), "python": platform.python_version()},
+        "host": _host(settings["device"]),
         "repeats": repeats,
         "warmup_rounds": warmup,
         "seed": settings["seed"],
