@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -177,11 +178,14 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
         f"[{problem.name}] {len(specs)} plans, {iters} iterations each: {' '.join(cmd[3:])}",
         flush=True,
     )
+    load_before = os.getloadavg()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    load_after = os.getloadavg()
     if proc.returncode != 0:
         raise SystemExit(f"[{problem.name}] execute failed ({proc.returncode}):\n{proc.stderr}")
     data = json.loads(proc.stdout)
     data["planner"] = how
+    data["loadavg"] = {"before": load_before, "after": load_after, "cpus": os.cpu_count()}
     data["plans"] = {str(s.name): Plan.load(s).to_dict() for s in specs}
     (out / f"{problem.name}.json").write_text(json.dumps(data, indent=1) + "\n")
     return data
@@ -209,7 +213,9 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
             "",
             f"Planner: {data['planner']}. {res['iters']} iterations per plan after "
             f"{res['warmup']} warm-up; torch {res['torch']}, backend {res['backend']}, "
-            f"{res['world_size']} processes.",
+            f"{res['world_size']} processes. Load average (1 min) before/after: "
+            f"{data['loadavg']['before'][0]:.1f}/{data['loadavg']['after'][0]:.1f} on "
+            f"{data['loadavg']['cpus']} CPUs (other users' work included).",
             "",
             "| plan | engine | schedule | mode | kind | predicted ms | measured ms (p10-p90) "
             "| model error | compute error | speedup meas. | speedup pred. | meas./pred. "
