@@ -167,6 +167,9 @@ def test_balance_from_rejects_another_config(known, tmp_path):
         ({"dtype": "float8"}, "unknown dtype"),
         ({"optimizer": "lion"}, "unknown optimizer"),
         ({"clock": "sundial"}, "unknown clock"),
+        ({"grouping": Grouping(layers_per_stage=(2, 2), stages=2)}, "not both"),
+        ({"link": LinkFigures(-1.0, 1e9)}, "latency must be >= 0"),
+        ({"link": LinkFigures(0.0, 0.0)}, "bandwidth > 0"),
         ({"config": {"hiden": 3}}, "unknown field 'hiden'"),
     ],
 )

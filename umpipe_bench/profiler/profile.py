@@ -137,6 +137,17 @@ def profile_model(
         raise ValueError(f"unknown dtype {dtype!r}; valid dtypes: {', '.join(_DTYPES)}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if grouping.layers_per_stage is not None and grouping.stages is not None:
+        raise ValueError("give layers_per_stage or stages (balanced), not both")
+    if grouping.balance_from and grouping.stages is None:
+        raise ValueError("balance_from needs stages (the number of balanced stages)")
+    if link is not None and not (
+        math.isfinite(link.latency) and link.latency >= 0 and link.bandwidth > 0
+    ):
+        raise ValueError(
+            f"link figures: latency must be >= 0 s and bandwidth > 0 B/s, got {link.latency!r}, "
+            f"{link.bandwidth!r}"
+        )
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
