@@ -2,8 +2,11 @@
 
 Layer i does ``work[i]`` matmuls of a (rows x hidden) sample by a (hidden x hidden) weight, so
 its time is proportional to ``work[i]`` once the sizes are large enough to hide overheads. The
-bounds are generous (expected ratios 4x and 16x, asserted at 1.5x and 4x): a noisy shared
-machine cannot flip them. No assertion depends on absolute times.
+bounds are generous (expected ratios 4x and 16x, asserted at 1.5x and 4x). The ratio tests
+time with the ``thread-cpu`` clock (CPU seconds of the compute thread): on a machine shared with
+other jobs, wall-clock cells of a millisecond swing up to 8x with the neighbours' load, CPU time
+does not. One wall-clock test checks only the 16:1 ordering, summed over sizes. No assertion
+depends on absolute times.
 """
 
 from __future__ import annotations
@@ -31,7 +34,15 @@ def _profile(**kw):
 
 @pytest.fixture(scope="module")
 def known() -> Problem:
-    return _profile(repeats=5)
+    return _profile(repeats=5, clock="thread-cpu")
+
+
+def test_wall_clock_ordering():
+    p = _profile(repeats=5)
+    assert p.provenance["clock"] == "wall"
+    heavy = sum(p.fwd(3, m) + p.bwd(3, m) for m in p.sizes)
+    light = sum(p.fwd(0, m) + p.bwd(0, m) for m in p.sizes)
+    assert heavy > 2 * light  # 16 matmuls vs 1: expected ~16x
 
 
 def test_shape_and_provenance(known):
@@ -131,10 +142,7 @@ def test_balanced_grouping_is_deterministic(known, tmp_path):
     assert "per-layer.json" in q1.provenance["balance"]
 
 
-def test_thread_cpu_clock():
-    p = _profile(clock="thread-cpu", repeats=2, warmup=0)
-    assert p.provenance["clock"] == "thread-cpu"
-    assert p.fwd(3, 8) > 4 * p.fwd(0, 8)  # 16 matmuls vs 1, in CPU seconds
+def test_thread_cpu_clock_needs_one_thread():
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
