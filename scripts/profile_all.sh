@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Capture every committed CPU problem file in problems/data/ (issue 3), one thread per stage.
 #
-#   bash scripts/profile_all.sh            # all six, about 20-40 min on a shared 2-core machine
+#   bash scripts/profile_all.sh            # all six, ~19 min on the shared 2-core machine
 #   bash scripts/profile_all.sh gpt1-mini-s2 vgg16-mini-s2    # just some of them
 #
 # Sizes (why): each profile must fit in ~10 min on one core of this machine, and the planners
@@ -16,6 +16,8 @@
 #   core), 2 stages balanced by a probe, 9 rounds (cheap, and the runtime checks against them).
 # The 4-stage variants are balanced with the per-layer times of the one-layer-per-stage files
 # (--balance-from), so they need those first.
+# Measured durations (load average 2-6 from other jobs): gpt1-mini-s2 74 s, vgg16-mini-s2 51 s,
+# vgg16 298 s, vgg16-s4 224 s, gpt1-14 269 s, gpt1-s4 221 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
