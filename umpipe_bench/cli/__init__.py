@@ -23,7 +23,8 @@ class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows ``(default: X)`` only where a default says something (not None/False)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default in (None, False, argparse.SUPPRESS) or action.required:
+        d = action.default
+        if d is None or d is False or d is argparse.SUPPRESS or action.required:
             return action.help
         return super()._get_help_string(action)
 
