@@ -170,7 +170,7 @@ def test_select_cells_limit_and_shard():
 # ----------------------------------------------------------------- leaderboard schema
 
 EXPECTED_COLUMNS = (
-    "problem", "S", "B", "source", "device", "model",
+    "problem", "S", "B", "source", "device", "model", "problem_digest",
     "planner", "planner_name", "seed", "mode", "budget", "settings_hash",
     "schedule", "plan_kind", "T_pred", "T_start", "evaluations", "wall_time",
     "T_gpipe_edp", "M_gpipe_edp", "T_1f1b_edp", "M_1f1b_edp",
@@ -267,6 +267,23 @@ def test_a_changed_setting_is_a_new_cell(tmp_path):
     assert len(Leaderboard(tmp_path / "leaderboard.csv")) == 5
 
 
+def test_a_changed_problem_is_run_again(tmp_path, monkeypatch):
+    from umpipe_bench.bench import runner
+    from umpipe_bench.synthetic import synthetic_problem
+
+    run_matrix(_config(), tmp_path, progress=False)
+    before = {(r["planner"], r["seed"]): r for r in read_rows(tmp_path / "leaderboard.csv")}
+    other = synthetic_problem(4, 16, 7, name=PROBLEM)  # "re-profiled": same name, new costs
+    monkeypatch.setattr(runner, "_load_problem", lambda name: other)
+    s = run_matrix(_config(), tmp_path, progress=False)
+    assert (s.ran, s.skipped) == (3, 0)
+    after = read_rows(tmp_path / "leaderboard.csv")
+    assert len(after) == 3
+    for r in after:
+        old = before[(r["planner"], r["seed"])]
+        assert r["problem_digest"] != old["problem_digest"] and r["T_pred"] != old["T_pred"]
+
+
 def test_jobs_give_the_same_rows(tmp_path):
     run_matrix(_config(), tmp_path / "a", progress=False)
     run_matrix(_config(), tmp_path / "b", progress=False, jobs=2)
@@ -291,10 +308,15 @@ def test_measured_times_are_joined(tmp_path):
         w.writerow({"problem": PROBLEM, "plan": Path(row["plan_file"]).stem, "engine": "umpipe",
                     "schedule": "gpipe", "mode": "stash", "predicted_time": T,
                     "measured_median": T * 1.25, "date": "2025-01-01T00:00:00Z", "error": ""})
+        w.writerow({"problem": PROBLEM, "plan": Path(row["plan_file"]).stem, "engine": "umpipe",
+                    "schedule": "gpipe", "mode": "stash", "predicted_time": T * 1.1,
+                    "measured_median": T * 3, "date": "2025-06-01T00:00:00Z", "error": ""})
         w.writerow({"problem": PROBLEM, "plan": "peer", "engine": "torch", "schedule": "gpipe",
                     "mode": "stash", "predicted_time": T, "measured_median": T * 9,
                     "date": "2025-01-01T00:00:00Z", "error": ""})
-    run_matrix(_config(), tmp_path, progress=False)  # nothing to run; joins the new file
+    # nothing to run; joins the new file (not the later run of the same plan file that
+    # predicted another time: the problem had changed since)
+    run_matrix(_config(), tmp_path, progress=False)
     rows = {r["planner"] + r["seed"]: r for r in read_rows(tmp_path / "leaderboard.csv")}
     assert float(rows["edp20"]["T_measured"]) == pytest.approx(T * 1.25)
     assert float(rows["edp20"]["model_error"]) == pytest.approx(0.25)

@@ -38,8 +38,8 @@ VERSION_PACKAGES = ("numpy", "deap", "optuna", "torch", "umpipe-bench")
 
 #: The fixed columns, in file order. ``param_*`` columns follow, sorted.
 COLUMNS: tuple[str, ...] = (
-    # the problem
-    "problem", "S", "B", "source", "device", "model",
+    # the problem (problem_digest: a hash of its costs; a row of another version is redone)
+    "problem", "S", "B", "source", "device", "model", "problem_digest",
     # the cell (problem, planner, seed, mode, budget, settings_hash form its key)
     "planner", "planner_name", "seed", "mode", "budget", "settings_hash",
     # the result, predicted by the simulator (MODEL.md §4); times in seconds
@@ -109,9 +109,14 @@ class Leaderboard:
                 "--out folder or move the file away"
             )
 
-    def done(self, *, with_errors: bool = True) -> set[tuple[str, str, int, str, str, str]]:
-        """Keys of finished cells (error rows count unless ``with_errors`` is False)."""
-        return {row_key(r) for r in self.rows if with_errors or not r.get("error")}
+    def done(
+        self, digests: Mapping[str, str | None], *, with_errors: bool = True
+    ) -> set[tuple[str, str, int, str, str, str]]:
+        """Keys of finished cells: rows computed on the problem version ``digests[problem]``
+        (error rows count unless ``with_errors`` is False)."""
+        return {row_key(r) for r in self.rows
+                if (with_errors or not r.get("error"))
+                and r.get("problem_digest") == digests.get(str(r["problem"]))}
 
     def add(self, row: Mapping[str, Any]) -> None:
         """Add or replace the row with the same key, then rewrite the file atomically."""

@@ -3,10 +3,11 @@
 The runtime writes one row per executed plan (``umpipe_bench.runtime.report.COLUMNS``): the
 problem, a plan label (a plan file's stem, so ``plans/<cell>.json`` executed as such carries
 the cell's slug), engine, schedule, mode, the simulator's ``predicted_time`` and the measured
-median. A leaderboard row takes the measured median of the same problem and plan: by label
-first, else by the same mode, schedule and predicted time (the same plan predicts the same T
-to the last digit). Only this project's engine (``umpipe``) counts; rows with an error are
-ignored; when several runs match, the latest wins. ``model_error`` is
+median. A leaderboard row takes the measured median of the same problem, mode, schedule and
+predicted time (the same plan on the same problem version predicts the same T to the last
+digit; a run made before the problem was re-profiled predicts another and is left out),
+preferring the run of its own plan file. Only this project's engine (``umpipe``) counts; rows
+with an error are ignored; when several runs match, the latest wins. ``model_error`` is
 ``(T_measured - T_pred) / T_pred``, as the runtime defines it.
 """
 
@@ -57,22 +58,18 @@ class MeasuredIndex:
         return bool(self.rows)
 
     def match(self, row: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """The latest measured row of the same problem and plan, or None."""
+        """The latest measured row of the same problem, mode, schedule and predicted time,
+        preferring the run of this row's own plan file; None when there is none."""
         T = _float(row.get("T_pred"))
+        if T is None:
+            return None
         stem = Path(str(row.get("plan_file") or "")).stem
-        best = None
-        for r in self.rows:
-            if r.get("problem") != row.get("problem"):
-                continue
-            if stem and r.get("plan") == stem:
-                best = r
-                continue
-            pred = _float(r.get("predicted_time"))
-            if (T is not None and pred is not None and r.get("mode") == row.get("mode")
-                    and r.get("schedule") == row.get("schedule")
-                    and math.isclose(pred, T, rel_tol=1e-9)):
-                best = r
-        return best
+        same = [r for r in self.rows
+                if r.get("problem") == row.get("problem") and r.get("mode") == row.get("mode")
+                and r.get("schedule") == row.get("schedule")
+                and math.isclose(_float(r.get("predicted_time")) or -1.0, T, rel_tol=1e-6)]
+        own = [r for r in same if stem and r.get("plan") == stem]
+        return (own or same or [None])[-1]
 
     def columns(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The measured columns for a leaderboard row (empty strings when not executed)."""

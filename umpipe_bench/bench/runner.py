@@ -33,7 +33,7 @@ from typing import Any
 
 from ..planners.reference import clear_cache
 from ..problem import Problem, atomic_write_text
-from .baselines import BaselineCache
+from .baselines import BaselineCache, problem_digest
 from .config import BenchConfig, Cell, planner_class
 from .leaderboard import Leaderboard, flatten_settings
 from .measured import MeasuredIndex
@@ -147,7 +147,7 @@ def _problem_columns(name: str, cache: dict[str, Problem | Exception]) -> dict[s
     if isinstance(p, Exception):
         return {"problem": name}
     return {"problem": name, "S": p.S, "B": p.B, "source": p.source, "device": p.device,
-            "model": p.provenance.get("model", "")}
+            "model": p.provenance.get("model", ""), "problem_digest": problem_digest(p)}
 
 
 def _assemble(cell: Cell, result: dict[str, Any], problems: dict[str, Problem | Exception],
@@ -247,9 +247,11 @@ def run_matrix(
     measured = MeasuredIndex.load(out / "real")
     if measured and measured.refresh(board.rows):
         board.write()
-    done = board.done(with_errors=not retry_errors)
-    pending = [c for c in cells if c.key() not in done]
     problems: dict[str, Problem | Exception] = {}
+    digests = {name: _problem_columns(name, problems).get("problem_digest")
+               for name in dict.fromkeys(c.problem for c in cells)}
+    done = board.done(digests, with_errors=not retry_errors)
+    pending = [c for c in cells if c.key() not in done]
     baselines = BaselineCache(out / "baselines.json")
     errors = 0
     bar = tqdm(total=len(cells), initial=len(cells) - len(pending), unit="cell",
