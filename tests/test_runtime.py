@@ -138,13 +138,23 @@ def test_stage_that_hangs_ends_the_run_within_the_timeout(tmp_path: Path) -> Non
     assert elapsed < 60
 
 
-def test_shape_mismatch_is_a_clear_error(tmp_path: Path) -> None:
+def test_wrong_shape_is_refused_by_the_sender(tmp_path: Path) -> None:
+    # stage 0's activation for microbatch 1 carries an extra sample: never put on the wire
     err, _ = _fault_run(tmp_path, 2, "shape:0:1")
     msg = str(err)
-    assert err.stage == 1
+    assert err.stage == 0
     assert "ShapeMismatchError" in msg
-    assert "activation microbatch 1 (samples [2, 4)) from stage 0" in msg
+    assert "refusing to send activation microbatch 1 (samples [2, 4)) for stage 1" in msg
     assert "expected (2, 16) float64, got (3, 16) float64" in msg
+
+
+def test_header_mismatch_is_a_clear_error_at_the_receiver(tmp_path: Path) -> None:
+    # stage 1's gradient header names the wrong microbatch: stage 0 refuses it before use
+    err, _ = _fault_run(tmp_path, 2, "header:1:5")
+    msg = str(err)
+    assert err.stage == 0
+    assert "gradient microbatch 1 (samples [2, 4)) from stage 1" in msg
+    assert "got gradient microbatch 2" in msg
 
 
 def test_plans_that_do_not_fit_are_refused_before_launch() -> None:
@@ -312,3 +322,51 @@ def test_diagnose_prefers_the_stage_that_failed_first(tmp_path: Path) -> None:
     assert stage == 2 and "exit code 3" in why
     stage, why = _diagnose(tmp_path, "")
     assert stage == 1 and "stopped responding" in why
+
+
+def test_execute_inside_an_existing_torchrun_launch(tmp_path: Path) -> None:
+    """`torchrun -m umpipe_bench.cli.execute`: every rank runs its stage in-process."""
+    import os
+    import subprocess
+    import sys
+
+    ppath = tmp_path / "tiny.json"
+    tiny_problem(ppath)
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "umpipe_bench.cli.execute",
+            "--problem",
+            str(ppath),
+            "--plan",
+            "gpipe:2",
+            "--vs",
+            "1f1b:4",
+            "--iters",
+            "2",
+            "--warmup",
+            "0",
+            "--no-peer",
+            "--timeout",
+            "60",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert len(lines) == 1  # rank 0 reports, rank 1 stays quiet
+    rows = json.loads(lines[0])["rows"]
+    assert [r["plan"] for r in rows] == ["gpipe:2", "1f1b:4"]

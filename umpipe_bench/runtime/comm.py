@@ -1,10 +1,20 @@
 """Checked point-to-point transfers between neighbouring stages (MODEL.md §5).
 
-Every tensor travels as two messages on the same tag: a fixed-size int64 header (magic, kind,
-producer microbatch index, sample range, dtype, shape), then the payload. The receiver checks
-the header against what the plan says must arrive *before* it posts the payload receive, so a
-disagreement is a :class:`ShapeMismatchError` naming stage, microbatch and shapes instead of
-a gloo buffer that is silently half-filled (too large) or overrun (too small).
+Every tensor travels as two messages: a fixed-size int64 header (magic, kind, producer
+microbatch index, sample range, dtype, shape) and the payload, on two tags. Both sides know
+from the plan (and the one-sample shape probe) exactly what each message must be:
+
+* the sender checks its tensor against that before sending, and refuses (a
+  :class:`ShapeMismatchError` naming stage, microbatch and shapes) rather than put a
+  wrong-sized payload on the wire;
+* the receiver posts the header and the payload receives together (one round trip, not two)
+  into buffers of the expected size, and checks the header before the payload is used.
+
+gloo silently half-fills a too-large buffer and aborts the process on a too-small one, so a
+payload must never differ from the size its receiver expects: the sender-side check
+guarantees it as long as both ranks run the same plan, which the worker verifies once at
+start-up (a digest of the run spec, compared across ranks). The one-sample shape probe, whose
+shape nobody knows in advance, receives the header first and sizes the payload from it.
 
 Sends are asynchronous (``isend``); the sender keeps each tensor alive until its send is done.
 """
@@ -29,6 +39,7 @@ KIND_PROBE = 3
 _KIND_NAMES = {KIND_ACT: "activation", KIND_GRAD: "gradient", KIND_PROBE: "shape probe"}
 
 _MAGIC = 0x554D5042  # "UMPB"
+_PAYLOAD_TAG = 8  # payload tag = kind + 8; header tag = kind
 _HEADER_LEN = 16
 _MAX_DIMS = _HEADER_LEN - 7
 _DTYPE_CODES: list[torch.dtype] = [
@@ -68,17 +79,44 @@ class Channel:
         #: otherwise wait for a peer doing the opposite (ranks are global ranks in every group).
         self.groups = groups or {}
         self._pending: list[tuple[list[Any], tuple[torch.Tensor, ...]]] = []
-        #: fault injection (tests): the next activation/gradient sent carries one extra sample
-        self.corrupt_next = False
+        #: fault injection (tests): "shape": the next tensor sent carries one extra sample;
+        #: "header": the next header names the wrong microbatch
+        self.corrupt_next = ""
 
     # ------------------------------------------------------------------ sending
-    def send(self, tensor: torch.Tensor, kind: int, seq: int, start: int, stop: int) -> None:
-        """Send header + payload asynchronously; the tensor is kept alive until :meth:`wait`."""
+    def send(
+        self,
+        tensor: torch.Tensor,
+        kind: int,
+        seq: int,
+        start: int,
+        stop: int,
+        expect: tuple[Sequence[int], torch.dtype | None] | None = None,
+    ) -> None:
+        """Send header + payload asynchronously; the tensor is kept alive until :meth:`wait`.
+
+        ``expect`` is ``(per-sample shape, dtype)`` the receiver expects (None: the probe).
+        """
         payload = tensor.detach()
-        if self.corrupt_next and kind != KIND_PROBE:
-            self.corrupt_next = False
+        fault = ""
+        if kind != KIND_PROBE:
+            fault, self.corrupt_next = self.corrupt_next, ""
+        if fault == "shape":
             payload = torch.cat([payload, payload[:1]])
         payload = payload.contiguous()
+        name = _KIND_NAMES[kind]
+        what = f"{name} microbatch {seq} (samples [{start}, {stop})) for stage {self.peer}"
+        if expect is not None:
+            want = (stop - start, *expect[0])
+            if tuple(payload.shape) != want or (
+                expect[1] is not None and payload.dtype != expect[1]
+            ):
+                raise ShapeMismatchError(
+                    self.stage,
+                    f"refusing to send {what}",
+                    describe(want, expect[1]),
+                    describe(payload.shape, payload.dtype),
+                )
         if payload.dim() > _MAX_DIMS:
             raise ValueError(
                 f"stage {self.stage}: cannot send a {payload.dim()}-dim tensor (max {_MAX_DIMS})"
@@ -87,15 +125,17 @@ class Channel:
             raise ValueError(f"stage {self.stage}: cannot send dtype {payload.dtype}")
         fields = [_MAGIC, kind, seq, start, stop, _DTYPE_CODES.index(payload.dtype), payload.dim()]
         fields += list(payload.shape) + [0] * (_MAX_DIMS - payload.dim())
+        if fault == "header":
+            fields[2] += 1
         header = torch.tensor(fields, dtype=torch.int64, device=self.device)
-        what = f"sending {_KIND_NAMES[kind]} microbatch {seq} (samples [{start}, {stop}))"
+        group = self.groups.get(kind)
         try:
             works = [
-                dist.isend(header, dst=self.peer, group=self.groups.get(kind), tag=kind),
-                dist.isend(payload, dst=self.peer, group=self.groups.get(kind), tag=kind),
+                dist.isend(header, dst=self.peer, group=group, tag=kind),
+                dist.isend(payload, dst=self.peer, group=group, tag=kind + _PAYLOAD_TAG),
             ]
         except Exception as exc:
-            raise PeerLostError(self.stage, self.peer, what, exc) from exc
+            raise PeerLostError(self.stage, self.peer, f"sending {what}", exc) from exc
         self._pending.append((works, (header, payload)))
         if len(self._pending) > 8:
             self._pending = [
@@ -131,9 +171,16 @@ class Channel:
         what = f"{name} microbatch {seq} (samples [{start}, {stop})) from stage {self.peer}"
         if context:
             what += f" {context}"
+        group = self.groups.get(kind)
         header = torch.empty(_HEADER_LEN, dtype=torch.int64, device=self.device)
+        payload: torch.Tensor | None = None
         try:
-            dist.recv(header, src=self.peer, group=self.groups.get(kind), tag=kind)
+            hwork = dist.irecv(header, src=self.peer, group=group, tag=kind)
+            if tail is not None and dtype is not None:
+                # the size is known: post the payload receive now (the sender checked it)
+                payload = torch.empty((stop - start, *tail), dtype=dtype, device=self.device)
+                pwork = dist.irecv(payload, src=self.peer, group=group, tag=kind + _PAYLOAD_TAG)
+            hwork.wait()
         except Exception as exc:
             raise PeerLostError(
                 self.stage, self.peer, f"receiving the header of {what}", exc
@@ -158,9 +205,12 @@ class Channel:
                 raise ShapeMismatchError(
                     self.stage, what, describe(want, dtype), describe(got_shape, got_dtype)
                 )
-        payload = torch.empty(got_shape, dtype=got_dtype, device=self.device)
         try:
-            dist.recv(payload, src=self.peer, group=self.groups.get(kind), tag=kind)
+            if payload is None:
+                payload = torch.empty(got_shape, dtype=got_dtype, device=self.device)
+                dist.recv(payload, src=self.peer, group=group, tag=kind + _PAYLOAD_TAG)
+            else:
+                pwork.wait()
         except Exception as exc:
             raise PeerLostError(self.stage, self.peer, f"receiving {what}", exc) from exc
         return payload
@@ -170,7 +220,7 @@ class Prefetcher:
     """Receive one iteration's incoming stream on a background thread, in producer order.
 
     The consumer's schedule fixes which producer microbatches arrive and in what order, so a
-    thread can post each receive (header, check, payload) as soon as the previous one is done:
+    thread can post each receive (header and payload) as soon as the previous one is done:
     transfers then overlap the consumer's compute, as the model assumes (sends are async,
     MODEL.md §4), instead of starting only when the consumer asks. Errors (a shape mismatch, a
     lost peer) are handed to the consumer when it reaches that microbatch. gloo only: NCCL

@@ -171,7 +171,7 @@ def run_ops(
             return
         assert ctx.prev is not None
         g = x.grad if x.grad is not None else torch.zeros_like(x)
-        ctx.prev.send(g, KIND_GRAD, j, a, b)
+        ctx.prev.send(g, KIND_GRAD, j, a, b, expect=(ctx.in_tail, ctx.in_dtype))
 
     for item in ops:
         kind, j, a, b = str(item[0]), int(item[1]), int(item[2]), int(item[3])
@@ -199,7 +199,7 @@ def run_ops(
                         loss_total += float(loss_of(y, a, b))
             if not ctx.last:
                 assert ctx.next is not None
-                ctx.next.send(y, KIND_ACT, j, a, b)
+                ctx.next.send(y, KIND_ACT, j, a, b, expect=(ctx.out_tail, ctx.out_dtype))
         elif kind == "B":
             if mode == "stash":
                 if fwd_ranges[j] != (a, b):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import socket
@@ -36,7 +37,9 @@ from .stages import build_stages, parse_dtype
 
 __all__ = ["FAULT_ENV", "main", "run_worker"]
 
-#: fault injection for tests: ``"<raise|exit|hang|shape>:<stage>[:<op number>]"``
+#: fault injection for tests: ``"<raise|exit|hang|shape|header>:<stage>[:<op number>]"``;
+#: ``shape`` makes the stage's next send carry one extra sample (the sender refuses it),
+#: ``header`` makes its next header name the wrong microbatch (the receiver refuses it)
 FAULT_ENV = "UMPIPE_FAULT"
 
 
@@ -49,7 +52,7 @@ def _fault_hook(rank: int, ctx: StageContext) -> Callable[[int], None] | None:
     at = int(parts[2]) if len(parts) > 2 else 0
     if stage != rank:
         return None
-    if kind not in ("raise", "exit", "hang", "shape"):
+    if kind not in ("raise", "exit", "hang", "shape", "header"):
         raise ValueError(f"{FAULT_ENV}={spec!r}: unknown fault kind {kind!r}")
 
     def hook(n: int) -> None:
@@ -64,7 +67,7 @@ def _fault_hook(rank: int, ctx: StageContext) -> Callable[[int], None] | None:
                 time.sleep(1.0)
         ch = ctx.next if ctx.next is not None else ctx.prev
         if ch is not None:
-            ch.corrupt_next = True
+            ch.corrupt_next = kind
 
     return hook
 
@@ -106,6 +109,23 @@ def _probe(ctx: StageContext, sample: torch.Tensor | None) -> None:
         assert ctx.next is not None
         ctx.next.send(y, KIND_PROBE, 0, 0, 1)
         ctx.next.wait()
+
+
+def _check_same_spec(spec: RunSpec, rank: int, world: int, device: torch.device) -> None:
+    """Every rank must run the same plans: payload sizes are trusted to agree (see comm)."""
+    data = spec.to_dict()
+    for key in ("run_id", "out_dir"):
+        data.pop(key, None)
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).digest()
+    mine = torch.tensor([int.from_bytes(digest[:7], "big")], dtype=torch.int64, device=device)
+    every = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    odd = [r for r, d in enumerate(every) if int(d) != int(every[0])]
+    if odd:
+        raise PlanRefused(
+            f"stage {odd[0]} was given a different problem, plan or setting than stage 0 (run "
+            "spec digests differ); every rank of a torchrun launch needs the same arguments"
+        )
 
 
 def _runner(
@@ -163,6 +183,7 @@ def run_worker(spec: RunSpec, rank: int, world: int) -> dict[str, Any] | None:
     if not dist.is_initialized():
         dist.init_process_group(spec.backend, timeout=timedelta(seconds=spec.timeout_s))
     _trace(rank, "process group ready")
+    _check_same_spec(spec, rank, world, device)
     from problems.models import get_model
 
     model = get_model(spec.model)
