@@ -21,6 +21,7 @@ from umpipe_bench.planners.operators import (
 )
 from umpipe_bench.planners.reference import best_edp
 from umpipe_bench.planners.tidgap import TiDGAP
+from umpipe_bench.simulator import gpipe_recurrence
 from umpipe_bench.synthetic import synthetic_problem
 
 PROBLEM = synthetic_problem(4, 16, 0)
@@ -55,11 +56,15 @@ def test_seconds_budget_stops():
     assert res.wall_time < 5
 
 
-def test_tidgap_backends_agree_on_the_search():
-    """numba and numpy differ in the last ulps only; on this problem the runs coincide."""
-    a = TiDGAP(backend="numba").plan(PROBLEM, mode="recompute", budget="gens:10", seed=4)
-    b = TiDGAP(backend="numpy").plan(PROBLEM, mode="recompute", budget="gens:10", seed=4)
-    assert a.iteration_time == pytest.approx(b.iteration_time, rel=1e-12)
+@pytest.mark.parametrize("backend", ["numpy", "python"])
+def test_tidgap_other_backends(backend):
+    """The search runs on any backend (results may differ: numpy's T differs in the last ulps,
+    which can flip a tie in selection); the reported T is the reference's."""
+    res = TiDGAP(backend=backend, population=16).plan(PROBLEM, mode="recompute",
+                                                      budget="gens:3", seed=4)
+    assert res.settings["backend"] == backend
+    assert res.iteration_time == gpipe_recurrence(PROBLEM, res.plan)
+    assert res.iteration_time <= res.start_time * (1 + 1e-12)
 
 
 def test_progress_bar_runs():
