@@ -25,13 +25,17 @@ import numpy as np
 
 from .problem import Link, Problem, StageCosts, StageMemory
 
-__all__ = ["FAMILIES", "SIM_BATCHES", "SIM_SEEDS", "SIM_STAGES", "sim_name", "sim_registry",
-           "synthetic_problem"]
+__all__ = [
+    "FAMILIES", "SIM_BATCHES", "SIM_SEEDS", "SIM_STAGES", "SIM_TINY", "sim_name", "sim_registry",
+    "synthetic_problem",
+]
 
 FAMILIES = ("gpu", "cpu", "cache")
 SIM_STAGES = (4, 8, 16, 32)
 SIM_BATCHES = (16, 64, 256)
 SIM_SEEDS = (0, 1)
+# tiny instances whose exact optimum the ``exact`` planner can enumerate
+SIM_TINY = ((2, 8), (3, 6))
 
 
 def _curve(family: str, m: np.ndarray, c0: float, a: float, knee: float, g: float) -> np.ndarray:
@@ -126,10 +130,11 @@ def sim_name(S: int, B: int, seed: int) -> str:
 
 
 def sim_registry() -> dict[str, Callable[[], Problem]]:
-    """The named synthetic instances ``sim-s{S}-b{B}-s{seed}`` (generated on demand)."""
+    """The named synthetic instances ``sim-s{S}-b{B}-s{seed}`` (generated on demand): every
+    S in SIM_STAGES x B in SIM_BATCHES, plus the tiny SIM_TINY ones for exact optima."""
+    shapes = [(S, B) for S in SIM_STAGES for B in SIM_BATCHES] + list(SIM_TINY)
     return {
         sim_name(S, B, seed): (lambda S=S, B=B, seed=seed: synthetic_problem(S, B, seed))
-        for S in SIM_STAGES
-        for B in SIM_BATCHES
+        for S, B in shapes
         for seed in SIM_SEEDS
     }
