@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ModelSpec", "get_model", "model_names"]
+__all__ = ["ModelSpec", "get_model", "merge_config", "model_names"]
 
 # model name -> module that defines it
 _MODULES: dict[str, str] = {
@@ -50,3 +50,23 @@ def get_model(name: str) -> ModelSpec:
         raise KeyError(f"unknown model {name!r}; valid models: {', '.join(model_names())}")
     module = importlib.import_module(_MODULES[key])
     return module.MODELS[key]
+
+
+def merge_config(
+    model: str, config: dict[str, Any] | None, defaults: dict[str, Any],
+    int_keys: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    """Merge ``config`` over ``defaults``; unknown fields and non-positive integer fields
+    (``int_keys``, default: all) raise a ``ValueError`` naming the model and the field."""
+    merged = dict(defaults)
+    for key, value in (config or {}).items():
+        if key not in defaults:
+            raise ValueError(
+                f"{model} config: unknown field {key!r}; valid fields: {', '.join(defaults)}"
+            )
+        merged[key] = value
+    for key in defaults if int_keys is None else int_keys:
+        value = merged[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{model} config: field {key!r} must be a positive int, got {value!r}")
+    return merged

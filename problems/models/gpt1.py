@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from problems.models import ModelSpec
+from problems.models import ModelSpec, merge_config
 
 __all__ = ["GPT1_CONFIG", "GPT1_MINI_CONFIG", "MODELS", "loss", "resolve_config"]
 
@@ -49,17 +49,7 @@ _INT_KEYS = ("seq", "vocab", "d_model", "heads", "mlp", "blocks")
 
 def resolve_config(config: dict[str, Any] | None, defaults: dict[str, Any]) -> dict[str, Any]:
     """Merge ``config`` over ``defaults`` and check every field; errors name the field."""
-    merged = dict(defaults)
-    for key, value in (config or {}).items():
-        if key not in defaults:
-            raise ValueError(
-                f"gpt1 config: unknown field {key!r}; valid fields: {', '.join(defaults)}"
-            )
-        merged[key] = value
-    for key in _INT_KEYS:
-        value = merged[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"gpt1 config: field {key!r} must be a positive int, got {value!r}")
+    merged = merge_config("gpt1", config, defaults, _INT_KEYS)
     if merged["d_model"] % merged["heads"]:
         raise ValueError(
             f"gpt1 config: field 'd_model' ({merged['d_model']}) must be divisible by "

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from problems.models import ModelSpec
+from problems.models import ModelSpec, merge_config
 
 __all__ = ["MODELS", "VGG16_CONFIG", "VGG16_MINI_CONFIG", "loss", "resolve_config"]
 
@@ -40,17 +40,7 @@ VGG16_MINI_CONFIG: dict[str, Any] = {"image": 32, "width": 40, "fc": 512, "class
 
 def resolve_config(config: dict[str, Any] | None, defaults: dict[str, Any]) -> dict[str, Any]:
     """Merge ``config`` over ``defaults`` and check every field; errors name the field."""
-    merged = dict(defaults)
-    for key, value in (config or {}).items():
-        if key not in defaults:
-            raise ValueError(
-                f"vgg16 config: unknown field {key!r}; valid fields: {', '.join(defaults)}"
-            )
-        merged[key] = value
-    for key in defaults:
-        value = merged[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"vgg16 config: field {key!r} must be a positive int, got {value!r}")
+    merged = merge_config("vgg16", config, defaults)
     if merged["image"] % 32:
         raise ValueError(
             f"vgg16 config: field 'image' must be a multiple of 32, got {merged['image']}"
