@@ -148,9 +148,10 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
         sched, _, m = spec.partition(":")
         c = Plan.edp(problem.S, problem.B, int(m), "stash")
         specs.append(save_plan(c, pdir / f"contrast-{stem(sched, c)}.json", sched))
-    per_round = (
-        sum(predict(problem, Plan.load(s), str(Plan.load(s).meta["schedule"])) for s in specs) * 1.6
-    )  # + the torch entries
+    loaded = [Plan.load(s) for s in specs]
+    per_round = 1.6 * sum(  # 1.6: room for the torch.pipelining entries
+        predict(problem, p, str(p.meta["schedule"])) for p in loaded
+    )
     iters = args.iters or max(5, min(30, int(args.seconds / max(per_round, 1e-9))))
     cmd = [
         sys.executable,
@@ -187,7 +188,7 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
     data = json.loads(proc.stdout)
     data["planner"] = how
     data["loadavg"] = {"before": load_before, "after": load_after, "cpus": os.cpu_count()}
-    data["plans"] = {str(s.name): Plan.load(s).to_dict() for s in specs}
+    data["plans"] = {str(s.name): p.to_dict() for s, p in zip(specs, loaded, strict=True)}
     (out / f"{problem.name}.json").write_text(json.dumps(data, indent=1) + "\n")
     return data
 

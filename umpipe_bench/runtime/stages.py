@@ -18,7 +18,6 @@ from .grouping import normalize_layers_per_stage, stage_source
 
 __all__ = [
     "DTYPES",
-    "build_stage",
     "build_stages",
     "normalize_layers_per_stage",
     "parse_dtype",
@@ -54,18 +53,3 @@ def build_stages(
     layers = get_model(model).build(dict(config), dtype, seed)
     groups = normalize_layers_per_stage(layers_per_stage, len(layers))
     return [nn.Sequential(*(layers[i] for i in g)) for g in groups]
-
-
-def build_stage(
-    model: str,
-    config: Mapping[str, Any],
-    layers_per_stage: Sequence[Any],
-    stage: int,
-    dtype: torch.dtype,
-    seed: int,
-) -> nn.Sequential:
-    """Stage ``stage`` only (the other stages' layers are built, then dropped)."""
-    stages = build_stages(model, config, layers_per_stage, dtype, seed)
-    if not 0 <= stage < len(stages):
-        raise PlanRefused(f"stage {stage} does not exist; the problem has {len(stages)} stages")
-    return stages[stage]
