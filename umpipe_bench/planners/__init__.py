@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .base import Budget, PlanResult, Planner, PlannerError
+from .base import Budget, Planner, PlannerError, PlanResult
 
 __all__ = ["Budget", "PlanResult", "Planner", "PlannerError"]
