@@ -12,6 +12,9 @@
 # * vgg16 at 64 px, B 32: ~0.15 s per sample (fc1 has 8*64*2*2 = 2048 inputs), a round covers
 #   1+...+32 = 63 samples twice (~20 s on an idle core). B = 64 took over 20 min with the
 #   machine shared (load average 5 on 2 cores), so B = 32.
+# * the -mini-s2 ones are executed for real with one process per core, so they are timed with
+#   --co-run (another process trains the same model meanwhile): measured alone, with the other
+#   core idle, they under-predicted 2-process runs by 14-26 % (results/real, before --co-run).
 # * the -mini-s2 ones at B 32 (their models are sized so a B = 32 iteration takes ~0.5-1 s on one
 #   core), 2 stages balanced by a probe, 9 rounds (cheap, and the runtime checks against them).
 # The 4-stage variants are balanced with the per-layer times of the one-layer-per-stage files
@@ -35,8 +38,8 @@ run() {  # name, then profile arguments
 SELECTED="$*"
 sel() { [[ -z "$SELECTED" ]] || [[ " $SELECTED " == *" $1 "* ]]; }
 
-sel gpt1-mini-s2 && run gpt1-mini-s2 gpt1-mini --batch 32 --stages 2 --repeats 9 --warmup 2
-sel vgg16-mini-s2 && run vgg16-mini-s2 vgg16-mini --batch 32 --stages 2 --repeats 9 --warmup 2
+sel gpt1-mini-s2 && run gpt1-mini-s2 gpt1-mini --batch 32 --stages 2 --repeats 9 --warmup 2 --co-run
+sel vgg16-mini-s2 && run vgg16-mini-s2 vgg16-mini --batch 32 --stages 2 --repeats 9 --warmup 2 --co-run
 sel vgg16 && run vgg16 vgg16 --batch 32 --image 64 --repeats 5 --warmup 1
 sel vgg16-s4 && run vgg16-s4 vgg16 --batch 32 --image 64 --stages 4 \
     --balance-from "$OUT/vgg16.json" --repeats 5 --warmup 1

@@ -76,6 +76,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "shared machine; needs --threads 1)",
     )
     p.add_argument(
+        "--co-run",
+        action="store_true",
+        help="time the rounds while another process trains the same model on another core: "
+        "the load a neighbouring stage puts on a CPU machine's shared memory system (use it "
+        "for problems executed with one process per core, as the -mini-s2 ones are)",
+    )
+    p.add_argument(
         "--link-latency", type=float, help="seconds; with --link-bandwidth skips calibration"
     )
     p.add_argument("--link-bandwidth", type=float, help="bytes/s; with --link-latency")
@@ -129,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         name=args.name or out.stem,
         progress=not args.no_progress,
         log=lambda msg: print(msg, file=sys.stderr),
+        co_run=args.co_run,
     )
     problem.save(out)
     prov = problem.provenance

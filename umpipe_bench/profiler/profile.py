@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ..problem import Link, Problem, ProblemError, StageCosts, StageMemory
+from .corunner import co_runner
 from .engine import Measurements, make_clock, measure_cells, measure_memory, prepare_rigs
 from .link import LinkCalibration, calibrate_link
 from .linkfit import message_grid
@@ -120,6 +121,7 @@ def profile_model(
     name: str | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    co_run: bool = False,
 ) -> Problem:
     """Profile ``model`` (a name from :func:`problems.models.get_model`) at mini-batch ``B``.
 
@@ -128,6 +130,9 @@ def profile_model(
     unless ``link`` gives the figures. Returns a validated :class:`Problem`; ``save`` it.
     ``clock="thread-cpu"`` (CPU, one thread) times CPU seconds instead of wall seconds: a
     diagnostic for shared machines, not what a committed profile should hold.
+    ``co_run=True`` times the rounds while a co-runner process trains the same model on
+    another core (:mod:`.corunner`): the load a CPU pipeline's neighbouring stage puts on the
+    shared memory system.
     """
     from problems.models import get_model
 
@@ -224,16 +229,20 @@ def profile_model(
         # ---- 3. timed rounds
         n_cells = len(rigs) * (len(sizes) + 1)
         bar = _progress_bar(n_cells * (warmup + repeats), model, progress)
+        co_m = max(1, B // 4)
+        if co_run:
+            say(f"co-runner: training {model} at size {co_m} in another process meanwhile")
         try:
-            meas = measure_cells(
-                rigs,
-                sizes,
-                spec.loss,
-                timer,
-                repeats=repeats,
-                warmup=warmup,
-                progress=bar.update if bar is not None else None,
-            )
+            with co_runner(model, full_config, dtype, seed, co_m, enabled=co_run):
+                meas = measure_cells(
+                    rigs,
+                    sizes,
+                    spec.loss,
+                    timer,
+                    repeats=repeats,
+                    warmup=warmup,
+                    progress=bar.update if bar is not None else None,
+                )
         finally:
             if bar is not None:
                 bar.close()
@@ -262,6 +271,10 @@ def profile_model(
                 "dtype": dtype,
                 "seed": seed,
                 "clock": clock,
+                "co_runner": (
+                    f"{model} fwd+bwd at size {co_m}, 1 thread, in another process"
+                    if co_run else None
+                ),
                 "grouping": how_grouped,
                 "balance": balance_note,
                 "profile_seconds": round(elapsed, 1),
@@ -360,6 +373,7 @@ def _assemble(
         "warmup_rounds": warmup,
         "seed": settings["seed"],
         "clock": settings["clock"],
+        "co_runner": settings["co_runner"],
         "dtype": settings["dtype"],
         "optimizer": settings["optimizer"],
         "grouping": settings["grouping"],
