@@ -42,6 +42,9 @@ def _bench(tmp: Path, log: Path) -> subprocess.Popen:
         [sys.executable, "-m", "umpipe_bench", "bench", "--config", str(tmp / "m.toml"),
          "--out", str(tmp / "out"), "--no-progress"],
         cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # a runner started in the background (CI, nohup) may hand SIGINT down ignored, and
+        # Python then never raises KeyboardInterrupt: restore the default in the child
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
