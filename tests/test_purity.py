@@ -1,0 +1,31 @@
+"""STYLE.md habit 1: the pure core (problems, plans, schedules, simulator, planners, baselines,
+registries, CLI parsing) imports no torch; only the profiler and the runtime do."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+PURE = [
+    "umpipe_bench", "umpipe_bench.problem", "umpipe_bench.plan", "umpipe_bench.schedules",
+    "umpipe_bench.simulator", "umpipe_bench.synthetic", "umpipe_bench.registry",
+    "umpipe_bench.trace", "umpipe_bench.planners.dgap", "umpipe_bench.planners.tidgap",
+    "umpipe_bench.planners.evaluator", "umpipe_bench.cli", "problems", "baselines.edp",
+    "baselines.greedy", "baselines.exact", "baselines.random_search",
+]
+
+
+def test_pure_modules_and_cli_help_import_no_torch():
+    code = (
+        "import sys, importlib\n"
+        f"for m in {PURE!r}: importlib.import_module(m)\n"
+        "from umpipe_bench.cli import build_parser\n"
+        "build_parser()\n"
+        "from umpipe_bench.registry import get_problem, planner_names\n"
+        "get_problem('sim-s4-b16-s0'); planner_names()\n"
+        "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+        "print(len(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0", "torch was imported by the pure core"
