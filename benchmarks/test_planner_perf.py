@@ -95,7 +95,7 @@ def test_generation_dgap(benchmark, problem, mode):
     eng = DGAPEngine(problem, mode, _settings(), P, seed=0)
     eng.initialize()
     benchmark.pedantic(eng.step, rounds=3, iterations=1)
-    assert eng.generation == 3
+    assert eng.generation == (1 if benchmark.disabled else 3)  # pedantic runs once when disabled
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
