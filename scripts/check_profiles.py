@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from problems.models import get_model  # noqa: E402
+from umpipe_bench.plan import balanced_split  # noqa: E402
 from umpipe_bench.problem import Problem  # noqa: E402
 from umpipe_bench.profiler.profile import Grouping, LinkFigures, profile_model  # noqa: E402
 
@@ -48,8 +49,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
 
 def edp_sizes(B: int, M: int) -> list[int]:
     """Balanced split of B into M sizes, larger first (as torch.tensor_split)."""
-    q, r = divmod(B, M)
-    return [q + 1] * r + [q] * (M - r)
+    return list(balanced_split(B, M))
 
 
 def predict(problem: Problem, sizes: list[int]) -> float:

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from umpipe_bench.plan import Plan  # noqa: E402
+from umpipe_bench.planners.reference import best_edp as reference_best_edp  # noqa: E402
 from umpipe_bench.problem import Problem  # noqa: E402
 from umpipe_bench.registry import get_planner, get_problem, planner_names  # noqa: E402
 from umpipe_bench.simulator import simulate  # noqa: E402
@@ -43,18 +44,16 @@ def predict(problem: Problem, plan: Plan, schedule: str) -> float:
 
 
 def best_edp(problem: Problem, schedule: str, divides: bool = False) -> tuple[Plan, float]:
-    """The fastest EDP(M) plan under ``schedule`` over every M and both memory modes."""
-    best: tuple[Plan, float] | None = None
-    for M in range(1, problem.B + 1):
-        if divides and problem.B % M:
-            continue
-        for mode in ("stash",) if divides else ("stash", "recompute"):
-            plan = Plan.edp(problem.S, problem.B, M, mode)
-            t = predict(problem, plan, schedule)
-            if best is None or t < best[1]:
-                best = (plan, t)
-    assert best is not None
-    return best
+    """The fastest EDP(M) plan under ``schedule`` over every M and both memory modes;
+    ``divides``: stash mode and only M dividing B (what torch.distributed.pipelining runs)."""
+    if not divides:
+        options = [(mode, *reference_best_edp(problem, mode, schedule))
+                   for mode in ("stash", "recompute")]
+        mode, M, t = min(options, key=lambda o: o[2])
+        return Plan.edp(problem.S, problem.B, M, mode), t
+    plans = [Plan.edp(problem.S, problem.B, M, "stash")
+             for M in range(1, problem.B + 1) if problem.B % M == 0]
+    return min(((p, predict(problem, p, schedule)) for p in plans), key=lambda pt: pt[1])
 
 
 def local_search(problem: Problem, start: Plan, *, evals: int, seed: int) -> tuple[Plan, float]:
