@@ -1,8 +1,10 @@
-"""EDP baselines: GPipe and 1F1B with the best equal split (MODEL.md §2 EDP, §3 schedules).
+"""EDP baselines: GPipe and 1F1B with the best equal split (docs/MODEL.md §2 EDP,
+docs/SCHEDULES.md).
 
 What GPipe and PipeDream-flush (1F1B) users run today: every stage the same balanced split of
-B into M microbatches, with M the best of 1..B for the problem (scanned exhaustively: B
-simulator evaluations). These are the times the paper's speedups are measured against.
+B into M microbatches, with M the best of 1..B that fits the problem's memory caps (scanned
+exhaustively: B evaluations). These are the times the paper's speedups are measured against.
+When no M fits, planning fails with a message naming the stage, the bytes and the cap.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import ClassVar
 
 from umpipe_bench.plan import Plan
 from umpipe_bench.planners.base import Budget, Planner, PlanResult
-from umpipe_bench.planners.reference import edp_times
+from umpipe_bench.planners.reference import best_edp, edp_times
 from umpipe_bench.planners.settings import resolve_settings
 from umpipe_bench.problem import Problem
 
@@ -25,12 +27,12 @@ class _BestEDP(Planner):
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
         resolve_settings(self.name, {}, self.settings)
+        M, T = best_edp(problem, mode, self.schedule)
         times = edp_times(problem, mode, self.schedule)
-        M = int(times.argmin()) + 1
         return PlanResult(
             planner=self.name,
             plan=Plan.edp(problem.S, problem.B, M, mode),
-            iteration_time=float(times[M - 1]),
+            iteration_time=T,
             schedule=self.schedule,
             evaluations=problem.B,
             start_time=float(times[0]),
@@ -40,14 +42,14 @@ class _BestEDP(Planner):
 
 
 class GPipeEDP(_BestEDP):
-    """EDP(M), best M in 1..B, gpipe schedule (budget ignored: the scan is B evaluations)."""
+    """EDP(M), best M in 1..B that fits, gpipe schedule (budget ignored: B evaluations)."""
 
     name = "gpipe"
     schedule = "gpipe"
 
 
 class OneFOneBEDP(_BestEDP):
-    """EDP(M), best M in 1..B, 1F1B schedule (the paper's PipeDream comparison)."""
+    """EDP(M), best M in 1..B that fits, 1F1B schedule (the paper's PipeDream comparison)."""
 
     name = "1f1b"
     schedule = "1f1b"

@@ -172,9 +172,10 @@ def test_select_cells_limit_and_shard():
 EXPECTED_COLUMNS = (
     "problem", "S", "B", "source", "device", "model", "problem_digest",
     "planner", "planner_name", "seed", "mode", "budget", "settings_hash",
-    "schedule", "plan_kind", "T_pred", "T_start", "evaluations", "wall_time",
-    "T_gpipe_edp", "M_gpipe_edp", "T_1f1b_edp", "M_1f1b_edp",
-    "speedup_vs_gpipe", "speedup_vs_1f1b",
+    "schedule", "plan_kind", "caps", "T_pred", "T_start", "evaluations", "wall_time",
+    "memory_cap", "memory_cap_bytes", "peak_memory_max", "peak_memory",
+    "T_gpipe_edp", "M_gpipe_edp", "T_1f1b_edp", "M_1f1b_edp", "T_best_edp",
+    "speedup_vs_gpipe", "speedup_vs_1f1b", "speedup_vs_best_edp",
     "T_measured", "model_error", "measured_in",
     "plan_file", "history_file",
     "error",
@@ -328,3 +329,52 @@ def test_not_a_leaderboard_is_refused(tmp_path):
     (tmp_path / "leaderboard.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="not a leaderboard"):
         run_matrix(_config(), tmp_path, progress=False)
+
+
+class OneFOneBPlanner(Planner):
+    """EDP(M) under 1f1b as capped sample caps (M divides B): fits where 1F1B-EDP fits."""
+
+    name = "test-1f1b"
+
+    def __init__(self, M: int = 16, **settings):
+        super().__init__(M=M, **settings)
+
+    def _plan(self, problem, *, mode, budget, seed, progress):
+        S, B, M = problem.S, problem.B, self.settings["M"]
+        plan = Plan.edp(S, B, M, mode).with_caps([(S - s) * B // M for s in range(S)])
+        T = simulate(problem, plan).iteration_time
+        return PlanResult(self.name, plan, T, schedule="capped", evaluations=1, start_time=T,
+                          settings=dict(self.settings))
+
+
+def test_memory_caps_are_a_matrix_dimension_and_unfit_plans_are_error_rows(tmp_path):
+    cfg = parse_config({
+        "bench": {"problems": [PROBLEM], "modes": ["stash"], "memory_caps": ["none", "70%"]},
+        "planners": [{"name": "tests.test_bench:EdpPlanner"},
+                     {"name": "tests.test_bench:OneFOneBPlanner"}],
+    })
+    cells = cfg.cells()
+    assert [c.memory_cap for c in cells] == ["none", "70%", "none", "70%"]
+    assert len({c.key() for c in cells}) == 4
+    run_matrix(cfg, tmp_path, progress=False)
+    rows = {(r["planner"].rsplit(":", 1)[-1], r["memory_cap"]): r
+            for r in read_rows(tmp_path / "leaderboard.csv")}
+    free, half = rows["EdpPlanner", "none"], rows["EdpPlanner", "70%"]
+    assert free["error"] == "" and free["caps"] == ""
+    assert float(free["T_best_edp"]) == min(float(free["T_gpipe_edp"]),
+                                            float(free["T_1f1b_edp"]))
+    # GPipe keeps all 16 samples' activations: nothing under gpipe fits 70 % of its peak (1F1B-EDP(16) needs 65 %)
+    assert "does not fit: stage" in half["error"]
+    assert half["T_gpipe_edp"] == "" and half["M_gpipe_edp"] == ""
+    capped = rows["OneFOneBPlanner", "70%"]
+    assert capped["error"] == "" and capped["caps"] == "4;3;2;1"
+    assert float(capped["peak_memory_max"]) <= float(capped["memory_cap_bytes"])
+    assert float(capped["T_best_edp"]) == float(capped["T_1f1b_edp"])
+    peak = max(float(x) for x in free["peak_memory"].split(";"))
+    assert float(capped["memory_cap_bytes"]) == pytest.approx(0.7 * peak)
+
+
+def test_a_bad_memory_cap_names_the_field():
+    with pytest.raises(ConfigError, match=r"bench\.memory_caps.*memory cap 'lots'"):
+        parse_config({"bench": {"problems": [PROBLEM], "memory_caps": ["lots"]},
+                      "planners": [{"name": "gpipe"}]})

@@ -27,6 +27,7 @@ from umpipe_bench.runtime.reference import (  # noqa: E402
     load_stage_gradients,
     reference_gradients,
 )
+from umpipe_bench.schedules import build_schedule  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 
@@ -66,8 +67,15 @@ def plans_for(S: int, B: int, seed: int) -> list[PlannedRun]:
         PlannedRun("edpB-stash-1f1b", Plan.edp(S, B, B, "stash"), "1f1b"),
         PlannedRun("edp1-recompute-gpipe", Plan.edp(S, B, 1, "recompute"), "gpipe"),
     ]
-    # the random plans must really be unequal somewhere
+    # unequal plans with random in-flight caps (docs/SCHEDULES.md): the capped schedule
+    for mode in ("stash", "recompute"):
+        plan = random_plan(rng, S, B, mode).with_caps([rng.randint(1, B // 2) for _ in range(S)])
+        runs.append(PlannedRun(f"rand-{mode}-capped", plan, "capped"))
+    # the random plans must really be unequal somewhere, and the caps must change the order
     assert any(len(set(p)) > 1 for p in runs[1].plan.fwd + runs[1].plan.bwd)
+    for run in runs[-2:]:
+        uncapped = run.plan.with_caps(None)
+        assert build_schedule("capped", run.plan) != build_schedule("gpipe", uncapped)
     return runs
 
 

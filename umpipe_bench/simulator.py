@@ -112,11 +112,9 @@ class Timeline:
         }
         if with_events:
             out["ops"] = [asdict(o) for o in self.ops]
-            out["stage_ops"] = [
-                [o.label for o in sorted((o for o in self.ops if o.stage == s and o.kind != "O"),
-                                         key=lambda o: o.t0)]
-                for s in range(len(self.busy))
-            ]
+            # each stage's ops in execution order (ops are placed stage by stage in list order)
+            out["stage_ops"] = [[o.label for o in self.ops if o.stage == s and o.kind != "O"]
+                                for s in range(len(self.busy))]
             out["transfers"] = [asdict(t) for t in self.transfers]
         return out
 

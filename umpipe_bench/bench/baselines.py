@@ -1,8 +1,9 @@
 """The equal-microbatch references every row is compared with: best GPipe-EDP and 1F1B-EDP.
 
-For one problem and memory mode, the best EDP(M) plan over all ``M in 1..B`` under the gpipe
-schedule and under 1f1b (MODEL.md §2-§3), as GPipe and PipeDream-flush would run it with the
-best microbatch count: :func:`umpipe_bench.planners.reference.best_edp`, the one the planners
+For one problem and memory mode, the best EDP(M) plan that fits the problem's memory caps, over
+all ``M in 1..B``, under the gpipe schedule and under 1f1b (docs/MODEL.md §2,
+docs/SCHEDULES.md), as GPipe and PipeDream-flush would run it with the best microbatch
+count: :func:`umpipe_bench.planners.reference.best_edp`, the one the planners
 and the ``plan`` CLI use.
 
 Results are cached per (problem, mode) in memory and in a JSON file beside the leaderboard,
@@ -27,17 +28,23 @@ __all__ = ["BaselineCache", "EdpBaseline", "best_edp", "problem_digest"]
 
 @dataclass(frozen=True)
 class EdpBaseline:
-    """Best EDP under one schedule: its iteration time and microbatch count."""
+    """Best EDP under one schedule that fits memory: its iteration time and microbatch count
+    (both None when no M fits the problem's memory caps)."""
 
     schedule: str
     mode: str
-    T: float
-    M: int
+    T: float | None
+    M: int | None
 
 
 def best_edp(problem: Problem, mode: str, schedule: str) -> EdpBaseline:
-    """The best EDP(M) over all M under ``schedule`` (ties: the smaller M)."""
-    M, T = reference_best_edp(problem, mode, schedule)
+    """The best EDP(M) that fits, over all M, under ``schedule`` (ties: the smaller M)."""
+    from ..memory import MemoryCapError
+
+    try:
+        M, T = reference_best_edp(problem, mode, schedule)
+    except MemoryCapError:
+        return EdpBaseline(schedule, mode, None, None)
     return EdpBaseline(schedule, mode, float(T), int(M))
 
 

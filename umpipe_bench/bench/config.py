@@ -51,6 +51,7 @@ from pydantic import (
 
 from ..plan import MODES
 from ..planners.base import Budget, PlannerError
+from .memcap import NO_CAP, check_memory_cap
 
 __all__ = [
     "BenchConfig",
@@ -92,11 +93,17 @@ class PlannerEntry(_Strict):
     modes: list[Mode] | None = Field(default=None, min_length=1)
     budgets: list[str] | None = Field(default=None, min_length=1)
     problems: list[str] | None = Field(default=None, min_length=1)
+    memory_caps: list[str] | None = Field(default=None, min_length=1)
 
     @field_validator("budgets")
     @classmethod
     def _budgets(cls, v: list[str] | None) -> list[str] | None:
         return None if v is None else [_check_budget(b) for b in v]
+
+    @field_validator("memory_caps")
+    @classmethod
+    def _caps(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else [check_memory_cap(c) for c in v]
 
     @property
     def display(self) -> str:
@@ -113,11 +120,18 @@ class BenchSection(_Strict):
     seeds: list[int] = Field(default=[0], min_length=1)
     modes: list[Mode] = Field(default=["stash"], min_length=1)
     budgets: list[str] = Field(default=["evals:2000"], min_length=1)
+    #: "none", a share of the best GPipe-EDP stash peak ("50%") or a size ("24GiB")
+    memory_caps: list[str] = Field(default=[NO_CAP], min_length=1)
 
     @field_validator("budgets")
     @classmethod
     def _budgets(cls, v: list[str]) -> list[str]:
         return [_check_budget(b) for b in v]
+
+    @field_validator("memory_caps")
+    @classmethod
+    def _caps(cls, v: list[str]) -> list[str]:
+        return [check_memory_cap(c) for c in v]
 
     @model_validator(mode="after")
     def _some_problems(self) -> BenchSection:
@@ -187,11 +201,12 @@ class BenchConfig:
             for p, names in zip(self.planners, per_planner):
                 if prob not in names:
                     continue
-                for mode in p.modes or self.bench.modes:
-                    for budget in p.budgets or self.bench.budgets:
-                        for seed in p.seeds or self.bench.seeds:
-                            out.append(Cell(prob, p.display, p.name, dict(p.settings), seed,
-                                            mode, budget))
+                for cap in p.memory_caps or self.bench.memory_caps:
+                    for mode in p.modes or self.bench.modes:
+                        for budget in p.budgets or self.bench.budgets:
+                            for seed in p.seeds or self.bench.seeds:
+                                out.append(Cell(prob, p.display, p.name, dict(p.settings),
+                                                seed, mode, budget, cap))
         return out
 
     def _resolve(self, patterns: list[str], known: list[str], where: str,
@@ -241,9 +256,13 @@ def planner_class(name: str) -> type:
     return get_planner_class(name)
 
 
-def settings_hash(settings: dict[str, Any], budget: str) -> str:
-    """A short stable hash of a cell's planner settings and budget (part of its resume key)."""
-    blob = json.dumps({"settings": settings, "budget": budget}, sort_keys=True, default=str)
+def settings_hash(settings: dict[str, Any], budget: str, memory_cap: str = NO_CAP) -> str:
+    """A short stable hash of a cell's planner settings, budget and memory cap (part of its
+    resume key; an uncapped cell hashes as it did before caps existed)."""
+    what: dict[str, Any] = {"settings": settings, "budget": budget}
+    if memory_cap != NO_CAP:
+        what["memory_cap"] = memory_cap
+    blob = json.dumps(what, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -258,6 +277,7 @@ class Cell:
     seed: int = 0
     mode: str = "stash"
     budget: str = "evals:2000"
+    memory_cap: str = NO_CAP
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -265,10 +285,11 @@ class Cell:
 
     @property
     def settings_hash(self) -> str:
-        return settings_hash(self.settings, self.budget)
+        return settings_hash(self.settings, self.budget, self.memory_cap)
 
     def key(self) -> tuple[str, str, int, str, str, str]:
-        """What identifies finished work: (problem, planner, seed, mode, budget, settings)."""
+        """What identifies finished work: (problem, planner, seed, mode, budget, settings
+        hash); the hash covers the memory cap."""
         return (self.problem, self.planner, self.seed, self.mode, self.budget,
                 self.settings_hash)
 

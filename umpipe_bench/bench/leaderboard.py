@@ -42,11 +42,15 @@ COLUMNS: tuple[str, ...] = (
     "problem", "S", "B", "source", "device", "model", "problem_digest",
     # the cell (problem, planner, seed, mode, budget, settings_hash form its key)
     "planner", "planner_name", "seed", "mode", "budget", "settings_hash",
-    # the result, predicted by the simulator (MODEL.md §4); times in seconds
-    "schedule", "plan_kind", "T_pred", "T_start", "evaluations", "wall_time",
-    # the equal-microbatch baselines of the same problem and mode: best EDP(M) over all M
-    "T_gpipe_edp", "M_gpipe_edp", "T_1f1b_edp", "M_1f1b_edp",
-    "speedup_vs_gpipe", "speedup_vs_1f1b",  # T_baseline / T_pred - 1 (0.1389 = +13.89 %)
+    # the result, predicted by the simulator (docs/MODEL.md §4); times in seconds
+    "schedule", "plan_kind", "caps", "T_pred", "T_start", "evaluations", "wall_time",
+    # memory (docs/SCHEDULES.md §4): the cell's cap (spec and bytes), the plan's peaks
+    "memory_cap", "memory_cap_bytes", "peak_memory_max", "peak_memory",
+    # the equal-microbatch baselines of the same problem, mode and cap: best EDP(M) that fits
+    # (empty when no M fits), and the better of the two
+    "T_gpipe_edp", "M_gpipe_edp", "T_1f1b_edp", "M_1f1b_edp", "T_best_edp",
+    # T_baseline / T_pred - 1 (0.1389 = +13.89 %)
+    "speedup_vs_gpipe", "speedup_vs_1f1b", "speedup_vs_best_edp",
     # real execution, joined from results/real/*.csv where the plan was executed
     "T_measured", "model_error", "measured_in",
     # files (relative to the leaderboard's folder)

@@ -66,9 +66,15 @@ def load_leaderboard(path: str | os.PathLike[str]) -> pd.DataFrame:
         raise FileNotFoundError(
             f"no leaderboard at {str(path)!r}; run 'umpipe-bench bench' first (or pass --in)"
         )
-    df = pd.read_csv(path, dtype={"error": str, "model": str, "T_measured": float})
+    df = pd.read_csv(path, dtype={"error": str, "model": str, "T_measured": float,
+                                  "memory_cap": str, "caps": str})
     df["error"] = df["error"].fillna("")
     df["model"] = df["model"].fillna("")
+    # leaderboards written before memory caps existed: every row is uncapped
+    df["memory_cap"] = df["memory_cap"].fillna("none") if "memory_cap" in df else "none"
+    if "speedup_vs_best_edp" not in df:
+        df["T_best_edp"] = df[["T_gpipe_edp", "T_1f1b_edp"]].min(axis=1)
+        df["speedup_vs_best_edp"] = df["T_best_edp"] / df["T_pred"] - 1.0
     return df
 
 
@@ -80,14 +86,18 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
 REFERENCE_PLANNERS = ("gpipe", "1f1b")
 
 
+#: What makes one comparison: a problem, a memory mode and a memory cap.
+GROUP = ["problem", "mode", "memory_cap"]
+
+
 def best_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (problem, mode): the contender row (not a :data:`REFERENCE_PLANNERS` row) with the
-    smallest predicted time (ties: first planner)."""
+    """Per (problem, mode, memory cap): the contender row (not a :data:`REFERENCE_PLANNERS`
+    row) with the smallest predicted time (ties: first planner)."""
     ok = _ok(df)
     ok = ok[~ok["planner_name"].isin(REFERENCE_PLANNERS)]
     if ok.empty:
         return ok
-    idx = ok.groupby(["problem", "mode"], sort=False)["T_pred"].idxmin()
+    idx = ok.groupby(GROUP, sort=False)["T_pred"].idxmin()
     return ok.loc[idx.values].reset_index(drop=True)
 
 
@@ -99,38 +109,63 @@ def _ms(x: Any) -> str:
     return "" if pd.isna(x) else f"{x * 1e3:.2f}"
 
 
-def headline_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The markdown headline: best plan per problem and mode, the paper's figure beside it."""
+def _edp(T: Any, M: Any) -> str:
+    return "none fits" if pd.isna(T) else f"{_ms(T)} ({int(M)})"
+
+
+def _plan_text(r: pd.Series) -> str:
+    caps = r.get("caps")
+    if isinstance(caps, str) and caps:
+        return f"{r['plan_kind'].split(' caps=')[0]}, caps {caps.replace(';', ',')}"
+    return f"{r['plan_kind']}, {r['schedule']}"
+
+
+def headline_table(df: pd.DataFrame, capped: bool = False) -> pd.DataFrame:
+    """The markdown headline: best plan per problem and mode, the paper's figure beside it
+    (uncapped rows; ``capped=True``: the rows under a memory cap, with their peaks)."""
     ok = _ok(df)
     rows = []
     for _, r in best_rows(df).iterrows():
+        if (r["memory_cap"] != "none") != capped:
+            continue
         same = ok[(ok["problem"] == r["problem"]) & (ok["mode"] == r["mode"])
-                  & (ok["planner"] == r["planner"])]
-        paper = paper_figure(r)
-        rows.append({
-            "problem": r["problem"], "S": int(r["S"]), "B": int(r["B"]), "mode": r["mode"],
+                  & (ok["memory_cap"] == r["memory_cap"]) & (ok["planner"] == r["planner"])]
+        row = {"problem": r["problem"], "S": int(r["S"]), "B": int(r["B"]), "mode": r["mode"]}
+        if capped:
+            row["memory cap"] = (f"{r['memory_cap']} = {r['memory_cap_bytes'] / 2**20:.0f} MiB"
+                                 if pd.notna(r.get("memory_cap_bytes")) else r["memory_cap"])
+            row["peak (MiB)"] = ("" if pd.isna(r.get("peak_memory_max"))
+                                 else f"{r['peak_memory_max'] / 2**20:.0f}")
+        row.update({
             "best planner": r["planner"],
-            "plan": r["plan_kind"],
+            "plan": _plan_text(r),
             "T (ms)": _ms(r["T_pred"]),
-            "GPipe-EDP (ms, M)": f"{_ms(r['T_gpipe_edp'])} ({int(r['M_gpipe_edp'])})",
-            "1F1B-EDP (ms, M)": f"{_ms(r['T_1f1b_edp'])} ({int(r['M_1f1b_edp'])})",
+            "GPipe-EDP (ms, M)": _edp(r["T_gpipe_edp"], r["M_gpipe_edp"]),
+            "1F1B-EDP (ms, M)": _edp(r["T_1f1b_edp"], r["M_1f1b_edp"]),
             "vs GPipe": _pct(r["speedup_vs_gpipe"]),
             "vs 1F1B": _pct(r["speedup_vs_1f1b"]),
-            "planner mean vs GPipe (seeds)": (
-                f"{_pct(same['speedup_vs_gpipe'].mean())} ({len(same)})"),
-            "paper vs GPipe": paper.text("gpipe") if paper else "",
-            "paper vs PipeDream": paper.text("pipedream") if paper else "",
-            "paper workload": paper.workload if paper else "",
+            "vs best EDP": _pct(r["speedup_vs_best_edp"]),
+            "planner mean vs best EDP (seeds)": (
+                f"{_pct(same['speedup_vs_best_edp'].mean())} ({len(same)})"),
         })
+        if not capped:
+            paper = paper_figure(r)
+            row.update({
+                "paper vs GPipe": paper.text("gpipe") if paper else "",
+                "paper vs PipeDream": paper.text("pipedream") if paper else "",
+                "paper workload": paper.workload if paper else "",
+            })
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
 def planner_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Mean speedup vs GPipe-EDP of every planner, per problem and mode (over seeds)."""
+    """Mean speedup vs the best EDP that fits (GPipe or 1F1B) of every planner, per problem,
+    mode and memory cap (over seeds)."""
     ok = _ok(df)
     if ok.empty:
         return pd.DataFrame()
-    t = ok.pivot_table(index=["problem", "mode"], columns="planner", values="speedup_vs_gpipe",
+    t = ok.pivot_table(index=GROUP, columns="planner", values="speedup_vs_best_edp",
                        aggfunc="mean", sort=False)
     return t.map(_pct).reset_index()
 
@@ -146,6 +181,7 @@ def cost_table(df: pd.DataFrame) -> pd.DataFrame:
         "mean wall time (s)": ok["wall_time"].mean().round(3),
         "mean vs GPipe": ok["speedup_vs_gpipe"].mean().map(_pct),
         "mean vs 1F1B": ok["speedup_vs_1f1b"].mean().map(_pct),
+        "mean vs best EDP": ok["speedup_vs_best_edp"].mean().map(_pct),
     })
     return out.reset_index()
 
@@ -199,19 +235,28 @@ def write_report(
         f"{dates.min() if len(dates) else '?'} to {dates.max() if len(dates) else '?'}.",
         *([f"Made by `{command}`."] if command else []),
         "",
-        "Times are the simulator's predicted iteration time (MODEL.md §4). Speedup = "
+        "Times are the simulator's predicted iteration time (docs/MODEL.md §4). Speedup = "
         "T_baseline / T − 1 (more iterations per second), against the best equal-microbatch "
-        "plan EDP(M) over all M of the same problem and memory mode under the GPipe schedule "
-        "and under 1F1B (PipeDream-flush). The paper's figures (UMPIPE, TPDS 2025, abstract) "
-        "were measured on its own hardware and partitions: they are the bar, not the same "
-        "experiment. The contenders plan for the GPipe (flush) schedule (1F1B of unequal "
-        "partitions is not defined yet, MODEL.md §3), so 'vs 1F1B' sets an unequal GPipe plan "
-        "against the best equal 1F1B plan.",
+        "plan EDP(M) over all M that fits memory, of the same problem and memory mode, under "
+        "the GPipe schedule, under 1F1B (PipeDream-flush), and the better of the two ('best "
+        "EDP'). Contenders plan over the whole schedule family from GPipe to 1F1B (per-stage "
+        "in-flight caps, docs/SCHEDULES.md) where they can; 'plan' names the caps. The "
+        "paper's figures (docs/PAPER.md) were measured on its own hardware and partitions: "
+        "they are the bar, not the same experiment.",
         "",
         "## Best plan per problem (any planner but the GPipe/1F1B references)",
         "",
         _md(headline_table(df)),
-        "## Every planner: mean speedup vs GPipe-EDP (over seeds)",
+        "## Under a memory cap",
+        "",
+        "Each capped problem keeps a share of the memory its best GPipe-EDP plan needs in "
+        "stash mode (the largest stage's peak; GPipe keeps every sample's activations, so no "
+        "GPipe-EDP plan fits below 100 %). A plan whose peak exceeds the cap on any stage is "
+        "an error row; the EDP baselines are the best M that fits ('none fits' when no M "
+        "does).",
+        "",
+        _md(headline_table(df, capped=True)),
+        "## Every planner: mean speedup vs the best EDP that fits (over seeds)",
         "",
         _md(planner_table(df)),
         "## Search cost",
@@ -222,7 +267,7 @@ def write_report(
         _md(measured_table(df)),
     ]
     if n_err:
-        e = df[df["error"] != ""][["problem", "planner", "mode", "seed", "error"]]
+        e = df[df["error"] != ""][["problem", "planner", "mode", "memory_cap", "seed", "error"]]
         lines += ["## Errors", "", _md(e)]
     if images:
         lines += ["## Plots", ""]

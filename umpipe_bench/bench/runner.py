@@ -37,6 +37,7 @@ from .baselines import BaselineCache, problem_digest
 from .config import BenchConfig, Cell, planner_class
 from .leaderboard import Leaderboard, flatten_settings
 from .measured import MeasuredIndex
+from .memcap import NO_CAP, apply_memory_cap
 from .provenance import git_revision, timestamp, versions
 
 __all__ = ["BenchError", "RunSummary", "history_records", "run_cell", "run_matrix",
@@ -90,19 +91,24 @@ def _load_problem(name: str) -> Problem:
 def run_cell(cell: Cell, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Run one cell and return its result columns; a failure is returned as ``error``.
 
-    Writes ``plans/<slug>.json`` and ``histories/<slug>.json`` under ``out_dir``.
+    Writes ``plans/<slug>.json`` and ``histories/<slug>.json`` under ``out_dir``. A plan whose
+    peak memory exceeds the cell's memory cap on any stage is an error row.
     """
+    from ..memory import check_fits
     from ..simulator import simulate
 
     out = Path(out_dir)
     row: dict[str, Any] = {**flatten_settings(cell.settings)}
     try:
         clear_cache()  # each planner pays for its own EDP scans (its wall_time)
-        problem = _load_problem(cell.problem)
+        problem, _ = apply_memory_cap(_load_problem(cell.problem), cell.memory_cap)
         planner = planner_class(cell.planner_name)(**cell.settings)
         row.update(flatten_settings(getattr(planner, "settings", cell.settings)))
         res = planner.plan(problem, mode=cell.mode, budget=cell.budget, seed=cell.seed)
-        T = float(simulate(problem, res.plan, res.schedule).iteration_time)
+        tl = simulate(problem, res.plan, res.schedule)
+        T = float(tl.iteration_time)
+        check_fits(tl.peak_memory or [], tl.capacity,
+                   f"the plan of planner {cell.planner!r} ({res.schedule} schedule)")
         if not math.isclose(T, res.iteration_time, rel_tol=1e-6, abs_tol=1e-12):
             raise BenchError(
                 f"planner {cell.planner!r} reported T = {res.iteration_time!r} s but the "
@@ -122,6 +128,10 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         row.update({
             "schedule": res.schedule,
             "plan_kind": res.plan.describe(),
+            "caps": "" if res.plan.caps is None else ";".join(map(str, res.plan.caps)),
+            "peak_memory_max": None if tl.peak_memory is None else max(tl.peak_memory),
+            "peak_memory": "" if tl.peak_memory is None else ";".join(
+                f"{p:.0f}" for p in tl.peak_memory),
             "T_pred": T,
             "T_start": res.start_time,
             "evaluations": res.evaluations,
@@ -150,21 +160,48 @@ def _problem_columns(name: str, cache: dict[str, Problem | Exception]) -> dict[s
             "model": p.provenance.get("model", ""), "problem_digest": problem_digest(p)}
 
 
+def _capped(cell: Cell, problems: dict[str, Problem | Exception]
+            ) -> tuple[Problem | Exception, float | None]:
+    """The cell's problem under its memory cap (the uncapped one is cached by name)."""
+    problem = problems.get(cell.problem)
+    if not isinstance(problem, Problem) or cell.memory_cap == NO_CAP:
+        return problem if problem is not None else KeyError(cell.problem), None
+    key = f"{cell.problem}|{cell.memory_cap}"
+    if key not in problems:
+        try:
+            problems[key] = apply_memory_cap(problem, cell.memory_cap)[0]
+        except Exception as exc:
+            problems[key] = exc
+    capped = problems[key]
+    return capped, None if isinstance(capped, Exception) else _cap_bytes(capped)
+
+
+def _cap_bytes(problem: Problem) -> float | None:
+    caps = [st.memory.capacity_bytes for st in problem.stages if st.memory is not None]
+    return max(caps) if caps and all(c is not None for c in caps) else None  # type: ignore
+
+
 def _assemble(cell: Cell, result: dict[str, Any], problems: dict[str, Problem | Exception],
               baselines: BaselineCache, measured: MeasuredIndex) -> dict[str, Any]:
     row = _problem_columns(cell.problem, problems)
     row.update({"planner": cell.planner, "planner_name": cell.planner_name, "seed": cell.seed,
-                "mode": cell.mode, "budget": cell.budget, "settings_hash": cell.settings_hash})
+                "mode": cell.mode, "budget": cell.budget, "settings_hash": cell.settings_hash,
+                "memory_cap": cell.memory_cap})
     row.update(result)
-    problem = problems.get(cell.problem)
+    problem, cap_bytes = _capped(cell, problems)
+    row["memory_cap_bytes"] = cap_bytes
     if isinstance(problem, Problem):
         try:
             base = baselines.get(problem, cell.mode)
+            fitting = [b.T for b in base.values() if b.M is not None]
             row.update({"T_gpipe_edp": base["gpipe"].T, "M_gpipe_edp": base["gpipe"].M,
-                        "T_1f1b_edp": base["1f1b"].T, "M_1f1b_edp": base["1f1b"].M})
+                        "T_1f1b_edp": base["1f1b"].T, "M_1f1b_edp": base["1f1b"].M,
+                        "T_best_edp": min(fitting) if fitting else None})
             if not row.get("error"):
-                row["speedup_vs_gpipe"] = base["gpipe"].T / row["T_pred"] - 1.0
-                row["speedup_vs_1f1b"] = base["1f1b"].T / row["T_pred"] - 1.0
+                for col, Tb in (("speedup_vs_gpipe", base["gpipe"].T),
+                                ("speedup_vs_1f1b", base["1f1b"].T),
+                                ("speedup_vs_best_edp", row["T_best_edp"])):
+                    row[col] = None if Tb is None else Tb / row["T_pred"] - 1.0
         except Exception as exc:
             row["error"] = row.get("error") or f"baseline: {type(exc).__name__}: {exc}"
     elif not row.get("error"):

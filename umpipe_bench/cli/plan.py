@@ -1,9 +1,9 @@
 """``umpipe-bench plan``: run one planner on one problem; report T and the speedups.
 
-Speedups are against the best equal-microbatch plans in the same memory mode (MODEL.md §2
-EDP, best M in 1..B): GPipe (gpipe schedule) and 1F1B (the paper's PipeDream comparison),
-written as ``T_baseline / T - 1`` (0.1389 = +13.89 %, the paper's convention and the
-leaderboard's).
+Speedups are against the best equal-microbatch plans in the same memory mode that fit memory
+(docs/MODEL.md §2 EDP, best M in 1..B; docs/SCHEDULES.md §4): GPipe (gpipe schedule), 1F1B
+(the paper's PipeDream comparison) and the better of the two, written as
+``T_baseline / T - 1`` (0.1389 = +13.89 %, the paper's convention and the leaderboard's).
 """
 
 from __future__ import annotations
@@ -46,23 +46,49 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "default: the planner's own")
     p.add_argument("--set", dest="settings", action="append", metavar="KEY=VALUE",
                    help="a planner setting (repeatable)")
+    p.add_argument("--memory-cap", metavar="SIZE",
+                   help="device memory per stage: bytes or a size such as 24GiB, 512MiB, 2GB; "
+                   "plans (and EDP baselines) whose peak exceeds it on any stage are refused "
+                   "(docs/SCHEDULES.md §4); default: the problem file's capacities, if any")
     p.add_argument("--out", metavar="FILE", help="write the plan JSON (for simulate/execute)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _baseline(problem: Any, mode: str, schedule: str) -> tuple[int | None, float | None]:
+    """Best EDP(M) that fits under ``schedule``; (None, None) when no M fits."""
+    from ..memory import MemoryCapError
     from ..planners.reference import best_edp
+
+    try:
+        return best_edp(problem, mode, schedule)
+    except MemoryCapError:
+        return None, None
+
+
+def _speedup(T_base: float | None, T: float) -> float | None:
+    return None if T_base is None else T_base / T - 1.0
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..memory import check_fits, format_bytes, parse_size
     from ..registry import get_planner, get_problem
+    from ..simulator import simulate
 
     problem = get_problem(args.problem)
+    if args.memory_cap is not None:
+        problem = problem.with_memory_cap(parse_size(args.memory_cap))
     settings = _parse_sets(args.settings)
     planner = get_planner(args.planner, **settings)
     res = planner.plan(problem, mode=args.mode, budget=args.budget, seed=args.seed,
                        progress=not args.no_progress and sys.stderr.isatty())
-    M_g, T_g = best_edp(problem, args.mode, "gpipe")
-    M_1, T_1 = best_edp(problem, args.mode, "1f1b")
+    tl = simulate(problem, res.plan, res.schedule)
+    check_fits(tl.peak_memory or [], tl.capacity, f"the plan planner {res.planner!r} returned")
+    M_g, T_g = _baseline(problem, args.mode, "gpipe")
+    M_1, T_1 = _baseline(problem, args.mode, "1f1b")
+    fitting = [t for t in (T_g, T_1) if t is not None]
+    T_e = min(fitting) if fitting else None
     T = res.iteration_time
     out: dict[str, Any] = {
         "planner": res.planner,
@@ -71,14 +97,20 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "budget": str(args.budget or planner.default_budget),
         "schedule": res.schedule,
+        "caps": None if res.plan.caps is None else list(res.plan.caps),
         "iteration_time": T,
         "start_time": res.start_time,
         "gpipe_time": T_g,
         "gpipe_M": M_g,
         "1f1b_time": T_1,
         "1f1b_M": M_1,
-        "speedup_vs_gpipe": T_g / T - 1.0,
-        "speedup_vs_1f1b": T_1 / T - 1.0,
+        "best_edp_time": T_e,
+        "speedup_vs_gpipe": _speedup(T_g, T),
+        "speedup_vs_1f1b": _speedup(T_1, T),
+        "speedup_vs_best_edp": _speedup(T_e, T),
+        "memory_cap": None if tl.capacity is None else max(tl.capacity),
+        "peak_memory": tl.peak_memory,
+        "fits_memory": tl.fits_memory,
         "evaluations": res.evaluations,
         "wall_time": res.wall_time,
         "settings": res.settings,
@@ -97,14 +129,22 @@ def run(args: argparse.Namespace) -> int:
           f"schedule]  ({res.evaluations} evaluations, {res.wall_time:.2f} s)")
     if res.start_time is not None:
         print(f"starting point   = {res.start_time * 1e3:.4f} ms")
-    print(f"vs GPipe-EDP  (M={M_g:>3}, {T_g * 1e3:.4f} ms): {100 * (T_g / T - 1):+.2f} %")
-    print(f"vs 1F1B-EDP   (M={M_1:>3}, {T_1 * 1e3:.4f} ms): {100 * (T_1 / T - 1):+.2f} %")
+    for label, M, Tb in (("GPipe-EDP", M_g, T_g), ("1F1B-EDP", M_1, T_1)):
+        if Tb is None:
+            print(f"vs {label:<10} no EDP(M) fits the memory cap")
+        else:
+            print(f"vs {label:<10} (M={M:>3}, {Tb * 1e3:.4f} ms): {100 * (Tb / T - 1):+.2f} %")
+    if tl.peak_memory is not None:
+        cap = "" if tl.capacity is None else f" (cap {format_bytes(max(tl.capacity))})"
+        print(f"peak memory: max {format_bytes(max(tl.peak_memory))} over stages{cap}")
     if problem.S <= 16:
         for s in range(problem.S):
             fwd, bwd = res.plan.fwd[s], res.plan.bwd[s]
             line = f"  stage {s:>2} fwd {list(fwd)}"
             if args.mode == "recompute":
                 line += f"  bwd {list(bwd)}"
+            if res.plan.caps is not None:
+                line += f"  cap {res.plan.caps[s]}"
             print(line)
     if args.out:
         print(f"wrote plan: {args.out}")

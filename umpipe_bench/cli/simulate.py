@@ -12,15 +12,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="simulate one iteration of a plan (MODEL.md §4) and print T",
         description="Simulate one training iteration of a plan on a problem with the reference "
         "list-schedule simulator. SPEC is 'gpipe:M' (EDP(M) under GPipe), '1f1b:M' (EDP(M) "
-        "under 1F1B) or a plan JSON file (written by 'umpipe-bench plan --out').",
+        "under 1F1B) or a plan JSON file (written by 'umpipe-bench plan --out'; a plan with "
+        "in-flight caps runs the 'capped' schedule, docs/SCHEDULES.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--problem", required=True, help="problem name (see 'problems') or file")
     p.add_argument("--plan", required=True, metavar="SPEC", help="gpipe:M, 1f1b:M or plan file")
     p.add_argument("--mode", choices=("stash", "recompute"), default=None,
                    help="memory mode (default: stash for gpipe:M/1f1b:M, the file's for a file)")
+    p.add_argument("--memory-cap", metavar="SIZE",
+                   help="device memory per stage (bytes, or 512MiB, 24GiB, 2GB...): report "
+                   "whether every stage's peak fits; default: the problem file's capacities")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--events", action="store_true", help="with --json: include every op")
+    p.add_argument("--events", action="store_true",
+                   help="with --json: include every op and transfer, and each stage's ops in "
+                   "execution order ('stage_ops')")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome trace (Perfetto) JSON")
     p.add_argument("--gantt", metavar="FILE", help="write a Gantt chart PNG")
     p.add_argument("--show-ops", action="store_true", help="print the per-stage op lists")
@@ -28,12 +34,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..memory import format_bytes, parse_size
     from ..plan import parse_plan_spec
     from ..registry import get_problem
     from ..schedules import build_schedule, format_schedule
     from ..simulator import simulate
 
     problem = get_problem(args.problem)
+    if args.memory_cap is not None:
+        problem = problem.with_memory_cap(parse_size(args.memory_cap))
     plan, schedule = parse_plan_spec(args.plan, problem, args.mode)
     ops = build_schedule(schedule, plan)
     tl = simulate(problem, plan, schedule, ops=ops)
@@ -60,8 +69,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{s:>5}  {tl.busy[s] / tl.iteration_time:>6.1%}  {tl.bubble[s]:>6.1%}  "
               f"{tl.stage_end[s] * 1e3:>10.3f}  {mem}")
     if tl.fits_memory is False:
-        print(f"warning: peak memory exceeds the device capacity of "
-              f"{tl.capacity / 2**20:.1f} MiB on some stage")
+        assert tl.capacity is not None and tl.peak_memory is not None
+        over = [s for s in range(problem.S) if tl.peak_memory[s] > tl.capacity[s]]
+        print(f"warning: peak memory exceeds the memory cap on stage(s) {over} (stage "
+              f"{over[0]}: {format_bytes(tl.peak_memory[over[0]])} > "
+              f"{format_bytes(tl.capacity[over[0]])})")
     if args.show_ops:
         print(format_schedule(ops))
     for what, path in (("trace", args.trace), ("gantt", args.gantt)):
