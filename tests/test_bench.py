@@ -178,7 +178,7 @@ EXPECTED_COLUMNS = (
     "speedup_vs_gpipe", "speedup_vs_1f1b", "speedup_vs_best_edp",
     "T_measured", "model_error", "measured_in",
     "plan_file", "history_file",
-    "error",
+    "error", "infeasible",
     "python", "v_numpy", "v_deap", "v_optuna", "v_torch", "v_umpipe_bench", "git_rev",
     "timestamp",
 )
@@ -351,11 +351,11 @@ def test_memory_caps_are_a_matrix_dimension_and_unfit_plans_are_error_rows(tmp_p
     cfg = parse_config({
         "bench": {"problems": [PROBLEM], "modes": ["stash"], "memory_caps": ["none", "70%"]},
         "planners": [{"name": "tests.test_bench:EdpPlanner"},
-                     {"name": "tests.test_bench:OneFOneBPlanner"}],
+                     {"name": "tests.test_bench:OneFOneBPlanner"}, {"name": "gpipe"}],
     })
     cells = cfg.cells()
-    assert [c.memory_cap for c in cells] == ["none", "70%", "none", "70%"]
-    assert len({c.key() for c in cells}) == 4
+    assert [c.memory_cap for c in cells] == ["none", "70%"] * 3
+    assert len({c.key() for c in cells}) == 6
     run_matrix(cfg, tmp_path, progress=False)
     rows = {(r["planner"].rsplit(":", 1)[-1], r["memory_cap"]): r
             for r in read_rows(tmp_path / "leaderboard.csv")}
@@ -363,9 +363,16 @@ def test_memory_caps_are_a_matrix_dimension_and_unfit_plans_are_error_rows(tmp_p
     assert free["error"] == "" and free["caps"] == ""
     assert float(free["T_best_edp"]) == min(float(free["T_gpipe_edp"]),
                                             float(free["T_1f1b_edp"]))
-    # GPipe keeps all 16 samples' activations: nothing under gpipe fits 70 % of its peak (1F1B-EDP(16) needs 65 %)
-    assert "does not fit: stage" in half["error"]
+    # GPipe keeps all 16 samples' activations: nothing under gpipe fits 70 % of its peak
+    # (1F1B-EDP(16) needs 65 %). A planner returning a plan that does not fit is an error...
+    assert "BenchError" in half["error"] and "does not fit: stage" in half["error"]
     assert half["T_gpipe_edp"] == "" and half["M_gpipe_edp"] == ""
+    # ... but a planner that finds nothing that fits says so: a result, not an error
+    none_fits = rows["gpipe", "70%"]
+    assert none_fits["error"] == "" and none_fits["T_pred"] == ""
+    assert none_fits["plan_kind"] == "none fits"
+    assert "no EDP(M) plan under gpipe fits memory" in none_fits["infeasible"]
+    assert rows["gpipe", "none"]["infeasible"] == ""
     capped = rows["OneFOneBPlanner", "70%"]
     assert capped["error"] == "" and capped["caps"] == "4;3;2;1"
     assert float(capped["peak_memory_max"]) <= float(capped["memory_cap_bytes"])

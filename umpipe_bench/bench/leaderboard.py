@@ -55,8 +55,9 @@ COLUMNS: tuple[str, ...] = (
     "T_measured", "model_error", "measured_in",
     # files (relative to the leaderboard's folder)
     "plan_file", "history_file",
-    # a failing cell is a row
-    "error",
+    # a failing cell is a row; a planner with no plan that fits the memory cap is not a
+    # failure: "infeasible" says why (stage, bytes, cap) and T_pred stays empty
+    "error", "infeasible",
     # provenance
     "python", *(f"v_{p.replace('-', '_')}" for p in VERSION_PACKAGES), "git_rev", "timestamp",
 )

@@ -94,7 +94,7 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     Writes ``plans/<slug>.json`` and ``histories/<slug>.json`` under ``out_dir``. A plan whose
     peak memory exceeds the cell's memory cap on any stage is an error row.
     """
-    from ..memory import check_fits
+    from ..memory import MemoryCapError, check_fits
     from ..simulator import simulate
 
     out = Path(out_dir)
@@ -104,11 +104,18 @@ def run_cell(cell: Cell, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
         problem, _ = apply_memory_cap(_load_problem(cell.problem), cell.memory_cap)
         planner = planner_class(cell.planner_name)(**cell.settings)
         row.update(flatten_settings(getattr(planner, "settings", cell.settings)))
-        res = planner.plan(problem, mode=cell.mode, budget=cell.budget, seed=cell.seed)
+        try:
+            res = planner.plan(problem, mode=cell.mode, budget=cell.budget, seed=cell.seed)
+        except MemoryCapError as exc:  # no plan of this planner fits: a result, not a failure
+            row.update({"plan_kind": "none fits", "infeasible": str(exc), "error": ""})
+            return row
         tl = simulate(problem, res.plan, res.schedule)
         T = float(tl.iteration_time)
-        check_fits(tl.peak_memory or [], tl.capacity,
-                   f"the plan of planner {cell.planner!r} ({res.schedule} schedule)")
+        try:
+            check_fits(tl.peak_memory or [], tl.capacity,
+                       f"the plan of planner {cell.planner!r} ({res.schedule} schedule)")
+        except MemoryCapError as exc:  # the planner broke its contract: an error row
+            raise BenchError(str(exc)) from None
         if not math.isclose(T, res.iteration_time, rel_tol=1e-6, abs_tol=1e-12):
             raise BenchError(
                 f"planner {cell.planner!r} reported T = {res.iteration_time!r} s but the "
@@ -197,7 +204,7 @@ def _assemble(cell: Cell, result: dict[str, Any], problems: dict[str, Problem | 
             row.update({"T_gpipe_edp": base["gpipe"].T, "M_gpipe_edp": base["gpipe"].M,
                         "T_1f1b_edp": base["1f1b"].T, "M_1f1b_edp": base["1f1b"].M,
                         "T_best_edp": min(fitting) if fitting else None})
-            if not row.get("error"):
+            if not row.get("error") and row.get("T_pred") is not None:
                 for col, Tb in (("speedup_vs_gpipe", base["gpipe"].T),
                                 ("speedup_vs_1f1b", base["1f1b"].T),
                                 ("speedup_vs_best_edp", row["T_best_edp"])):
