@@ -72,9 +72,10 @@ def capped_order_escapes(plan: Plan, caps: Sequence[int], unit: str = "samples"
     """The schedule family's rule (docs/SCHEDULES.md §2): per-stage op lists under caps.
 
     Each stage's next operation is decided by its own state only: it *wants* its next forward
-    while forwards remain and taking it keeps its in-flight load within ``caps[s]`` (samples
-    forwarded but not yet backwarded, plus the forward's size; with ``unit="microbatches"``,
-    microbatches forwarded but not yet backwarded, plus one), and otherwise its next backward.
+    while forwards remain and either taking it keeps its in-flight load within ``caps[s]``
+    (samples forwarded but not yet backwarded, plus the forward's size; with
+    ``unit="microbatches"``, microbatches forwarded but not yet backwarded, plus one) or its
+    next backward needs samples it has not forwarded yet; otherwise its next backward.
     A wanted operation is *ordered* once its inputs are ordered: a forward after the upstream
     forward carrying its last sample; a backward after this stage's forward of its last sample
     and the downstream backward carrying it. When every stage is blocked, the most downstream
@@ -107,6 +108,8 @@ def capped_order_escapes(plan: Plan, caps: Sequence[int], unit: str = "samples"
     def wants_forward(s: int) -> bool:
         if nf[s] == len(fw[s]):
             return False
+        if done_f[s] < bw[s][nb[s]].stop:  # its next backward needs this forward anyway
+            return True
         if unit == "microbatches":
             return nf[s] - nb[s] + 1 <= caps[s]
         return done_f[s] - done_b[s] + fw[s][nf[s]].size <= caps[s]

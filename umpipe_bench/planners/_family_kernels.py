@@ -89,12 +89,14 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, act, grad, opt, static, per_in, 
                 for s in range(S - 1, -1, -1):
                     j = nf[s]
                     if j < nK[s] and nb[s] < nL[s]:
+                        d = bend[s, nb[s]]
                         p = fend[s, j] - (fend[s, j - 1] if j > 0 else 0)
-                        if unit_mb:
+                        if donef[s] < d:
+                            wf = True
+                        elif unit_mb:
                             wf = nf[s] - nb[s] + 1 <= caps[n, s]
                         else:
                             wf = donef[s] - doneb[s] + p <= caps[n, s]
-                        d = bend[s, nb[s]]
                         if wf and donef[s] >= d and (s == S - 1 or doneb[s + 1] >= d):
                             forced = s
                             force_bwd = True
@@ -118,6 +120,8 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, act, grad, opt, static, per_in, 
                 if j < nK[s]:
                     if s == forced:
                         go_fwd = not force_bwd
+                    elif donef[s] < bend[s, nb[s]]:
+                        go_fwd = True  # its next backward needs this forward anyway
                     else:
                         a = fend[s, j]
                         p = a - (fend[s, j - 1] if j > 0 else 0)
