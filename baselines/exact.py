@@ -13,6 +13,16 @@ pass depends on the forward partitions only through each stage's last forward en
 Evaluations go through the numba population evaluator, bit-identical to the reference; ties go
 to the first plan in enumeration order (forward bits as a binary number, stage 0 first).
 
+The schedule family (docs/SCHEDULES.md): with ``space="auto"`` (default) the search also
+enumerates every per-stage in-flight cap ``K[s]`` in ``B, B-1, ..., 1`` (``B^S`` cap vectors
+per partition, uncapped first, so ties keep the GPipe plan) wherever that fits the limit:
+``2^(S(B-1)) * B^S`` evaluations in stash mode through the family's numba evaluator (e.g.
+S=2, B=8: about 10^6). Recompute mode has no Pareto shortcut under caps (its backward no longer
+depends on the forward through ``F[s, K_s]`` alone), so there the family is enumerated only
+when ``4^(S(B-1)) * B^S`` fits, and otherwise the GPipe space is, and the result says which
+(``settings["space"]``): ``space="family"`` refuses instead, ``space="gpipe"`` never enumerates
+caps. Plans that exceed a memory cap (docs/SCHEDULES.md §4) count as infinitely slow.
+
 The search is not budgeted: it refuses, with a :class:`PlannerError` naming the limit, any
 problem that needs more than ``max_evaluations`` (default 2^22, a few seconds) evaluations,
 i.e. ``S*(B-1) > 22`` bits in stash mode (e.g. S=2 with B<=12, S=4 with B<=6); in recompute
@@ -21,15 +31,18 @@ mode about ``S*(B-1) <= 16``, depending on U.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
+from umpipe_bench.memory import MemoryCapError, capacities, memory_figures
 from umpipe_bench.planners.base import Budget, Planner, PlannerError, PlanResult
 from umpipe_bench.planners.evaluator import PopulationEvaluator, bits_to_plan
+from umpipe_bench.planners.family import FamilyEvaluator
 from umpipe_bench.planners.settings import resolve_settings
 from umpipe_bench.problem import Problem
-from umpipe_bench.simulator import gpipe_recurrence
+from umpipe_bench.simulator import gpipe_recurrence, simulate
 
 __all__ = ["Exact", "pareto_minimal"]
 
@@ -60,7 +73,7 @@ class Exact(Planner):
 
     name = "exact"
     default_budget = "evals:4194304"
-    defaults = {"max_evaluations": 1 << 22, "backend": "auto"}
+    defaults = {"max_evaluations": 1 << 22, "backend": "auto", "space": "auto"}
 
     def _refuse(self, problem: Problem, mode: str, need: int, limit: int, why: str) -> None:
         raise PlannerError(
@@ -72,10 +85,26 @@ class Exact(Planner):
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
         s = resolve_settings(self.name, self.defaults, self.settings)
+        if s["space"] not in ("auto", "family", "gpipe"):
+            raise PlannerError(f"planner 'exact': space must be auto, family or gpipe, got "
+                               f"{s['space']!r}")
         limit = int(s["max_evaluations"])
         S, B = problem.S, problem.B
         L = B - 1
         nbits = S * L
+        if s["space"] != "gpipe":
+            n_family = (2 ** nbits if mode == "stash" else 4 ** nbits) * B ** S
+            if n_family <= limit:
+                return self._family(problem, mode, s, n_family)
+            if s["space"] == "family":
+                self._refuse(problem, mode, n_family, limit,
+                             f"the schedule family (partitions x {B}^{S} cap vectors)")
+        if capacities(problem) is not None and memory_figures(problem, mode) is not None:
+            raise PlannerError(
+                f"planner 'exact' refuses problem {problem.name!r} ({mode}) under a memory cap: "
+                "its GPipe-space search does not check memory, and the schedule family needs "
+                f"{(2 ** nbits if mode == 'stash' else 4 ** nbits) * B ** S:,} evaluations, "
+                f"over max_evaluations={limit:,}")
         if nbits > 62 or (1 << nbits) > limit:
             self._refuse(problem, mode, 2**nbits, limit, f"2^(S*(B-1)) = 2^{nbits} forward plans")
         Nf = 1 << nbits
@@ -125,4 +154,43 @@ class Exact(Planner):
         plan = bits_to_plan(fb, bb, mode)
         T_ref = gpipe_recurrence(problem, plan)
         return PlanResult(planner=self.name, plan=plan, iteration_time=T_ref, evaluations=evals,
-                          start_time=start, history=[], settings=s)
+                          start_time=start, history=[], settings={**s, "space": "gpipe"})
+
+    def _family(self, problem: Problem, mode: str, s: dict, n: int) -> PlanResult:
+        """Every partition (both directions in recompute) times every cap vector."""
+        S, B = problem.S, problem.B
+        L = B - 1
+        nbits = S * L
+        ev = FamilyEvaluator(problem, mode)
+        caps_all = np.array(list(itertools.product(range(B, 0, -1), repeat=S)), dtype=np.int64)
+        zero = np.zeros((1, S, L), dtype=np.uint8)
+        start = float(ev(zero, zero, caps_all[0])[0])
+        best = (np.inf, 0, 0, 0)
+        evals = 1
+        Nf = 1 << nbits
+        b_codes = [None] if mode == "stash" else range(Nf)
+        for bc in b_codes:
+            bb = None if bc is None else _bits(np.array([bc]), S, L)
+            for k, caps in enumerate(caps_all):
+                for lo in range(0, Nf, _CHUNK):
+                    codes = np.arange(lo, min(Nf, lo + _CHUNK), dtype=np.int64)
+                    fb = _bits(codes, S, L)
+                    T = ev(fb, None if bb is None else np.broadcast_to(bb, fb.shape), caps)
+                    evals += codes.size
+                    i = int(np.argmin(T))
+                    if T[i] < best[0]:
+                        best = (float(T[i]), int(codes[i]), 0 if bc is None else bc, k)
+        if not np.isfinite(best[0]):
+            raise MemoryCapError(f"planner 'exact': no plan of problem {problem.name!r} "
+                                 f"({mode}) in the schedule family fits its memory caps")
+        fb = _bits(np.array([best[1]]), S, L)[0]
+        bb = fb if mode == "stash" else _bits(np.array([best[2]]), S, L)[0]
+        caps = tuple(int(c) for c in caps_all[best[3]])
+        plan = bits_to_plan(fb, bb, mode)
+        capped = min(caps) < B
+        if capped:
+            plan = plan.with_caps(caps)
+        T = simulate(problem, plan).iteration_time
+        return PlanResult(planner=self.name, plan=plan, iteration_time=T, evaluations=evals,
+                          schedule="capped" if capped else "gpipe", start_time=start,
+                          history=[], settings={**s, "space": "family"})

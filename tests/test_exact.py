@@ -53,12 +53,45 @@ TINY = {
 }
 
 
+def brute_force_family(problem, mode):
+    """min T over every plan and every cap vector (docs/SCHEDULES.md), through simulate()."""
+    comps = [bits_to_sizes(b) for b in itertools.product((0, 1), repeat=problem.B - 1)]
+    S, B = problem.S, problem.B
+    if mode == "stash":
+        parts = ((c, c) for c in itertools.product(comps, repeat=S))
+    else:
+        parts = ((c[:S], c[S:]) for c in itertools.product(comps, repeat=2 * S))
+    caps = list(itertools.product(range(1, B + 1), repeat=S))
+    return min(simulate(problem, Plan(fwd=f, bwd=b, mode=mode, caps=k)).iteration_time
+               for f, b in parts for k in caps)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_exact_equals_brute_force(name, mode):
     problem = TINY[name]()
-    res = get_planner("exact").plan(problem, mode=mode)
+    res = get_planner("exact", space="gpipe").plan(problem, mode=mode)
     assert res.iteration_time == brute_force(problem, mode)
+    assert res.settings["space"] == "gpipe"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", ["s2-b4", "s1-b6", "hand-s2-b4"])
+def test_exact_over_the_family_equals_brute_force(name, mode):
+    problem = TINY[name]()
+    res = get_planner("exact").plan(problem, mode=mode)
+    assert res.settings["space"] == "family"
+    assert res.iteration_time == brute_force_family(problem, mode)
+    assert res.iteration_time <= brute_force(problem, mode)
+    assert res.schedule == ("gpipe" if res.plan.caps is None else "capped")
+
+
+def test_exact_refuses_the_family_when_told_and_too_large():
+    problem = synthetic_problem(3, 6, 0)
+    with pytest.raises(PlannerError, match="schedule family"):
+        get_planner("exact", space="family").plan(problem, mode="recompute")
+    with pytest.raises(PlannerError, match="space must be"):
+        get_planner("exact", space="all").plan(problem, mode="stash")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -73,13 +106,17 @@ def test_exact_no_worse_than_any_gpipe_planner(mode):
             assert T_exact <= res.iteration_time * (1 + 1e-12), name
 
 
+#: The plan space the GAs search (the optimum they are held to).
+GA_SPACE = "gpipe"
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("planner", ["dgap", "tidgap"])
 @pytest.mark.parametrize("S,B,pseed", [(2, 5, 0), (3, 4, 1), (2, 6, 2)])
 def test_gas_reach_exact(planner, mode, S, B, pseed):
     """DGAP and TiDGAP within 0.5 % of the optimum on tiny problems, seeds 0, 1, 2."""
     problem = synthetic_problem(S, B, pseed)
-    T_exact = get_planner("exact").plan(problem, mode=mode).iteration_time
+    T_exact = get_planner("exact", space=GA_SPACE).plan(problem, mode=mode).iteration_time
     for seed in (0, 1, 2):
         res = get_planner(planner).plan(problem, mode=mode, budget="evals:3000", seed=seed)
         assert res.iteration_time <= T_exact * 1.005, (seed, res.iteration_time, T_exact)
