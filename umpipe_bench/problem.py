@@ -213,19 +213,26 @@ class Problem:
         """Backward transfer time of ``m`` samples over boundary ``s -> s+1`` (sent by s+1)."""
         return float(self._tables.grad[s, self._check_m(m)])
 
-    def with_memory_cap(self, cap: float) -> Problem:
-        """The same problem with every stage's device memory set to ``cap`` bytes
-        (``--memory-cap``; docs/SCHEDULES.md §4). Needs the stages' memory figures."""
+    def with_memory_cap(self, cap: float | Sequence[float]) -> Problem:
+        """The same problem with every stage's device memory set to ``cap`` bytes (one number
+        for all stages, or one per stage): ``--memory-cap`` (docs/SCHEDULES.md §4). Needs the
+        stages' memory figures."""
         from dataclasses import replace
 
         missing = [s for s, st in enumerate(self.stages) if st.memory is None]
         if missing:
             raise ProblemError(f"problem {self.name!r}: a memory cap needs memory figures, but "
                                f"stage {missing[0]} has no field 'memory'")
-        if not _is_pos(cap) or not math.isfinite(cap):
-            raise ProblemError(f"memory cap must be positive finite bytes, got {cap!r}")
-        stages = tuple(replace(st, memory=replace(st.memory, capacity_bytes=float(cap)))
-                       for st in self.stages)
+        caps = [cap] * self.S if not isinstance(cap, Sequence) else list(cap)
+        if len(caps) != self.S:
+            raise ProblemError(f"problem {self.name!r}: {len(caps)} memory caps for S = "
+                               f"{self.S} stages")
+        for s, c in enumerate(caps):
+            if not _is_pos(c):
+                raise ProblemError(f"memory cap of stage {s} must be positive finite bytes, "
+                                   f"got {c!r}")
+        stages = tuple(replace(st, memory=replace(st.memory, capacity_bytes=float(c)))
+                       for st, c in zip(self.stages, caps))
         return replace(self, stages=stages)
 
     def with_name(self, name: str) -> Problem:

@@ -146,18 +146,23 @@ class _MatrixFile(_Strict):
     bench: BenchSection
     planners: list[PlannerEntry] = Field(min_length=1)
 
-    @field_validator("planners")
-    @classmethod
-    def _unique_labels(cls, v: list[PlannerEntry]) -> list[PlannerEntry]:
-        seen: dict[str, int] = {}
-        for i, p in enumerate(v):
-            if p.display.lower() in seen:
-                raise ValueError(
-                    f"planners[{i}] has the same label {p.display!r} as planners"
-                    f"[{seen[p.display.lower()]}]; give one of them a distinct 'label'"
-                )
-            seen[p.display.lower()] = i
-        return v
+    @model_validator(mode="after")
+    def _unique_labels(self) -> _MatrixFile:
+        """Two entries may share a label only under different memory caps (their cells'
+        keys then differ): e.g. tidgap uncapped on every problem, and tidgap at 50 % on the
+        profiled ones."""
+        seen: dict[tuple[str, str], int] = {}
+        for i, p in enumerate(self.planners):
+            for cap in p.memory_caps or self.bench.memory_caps:
+                key = (p.display.lower(), cap)
+                if key in seen:
+                    raise ValueError(
+                        f"planners[{i}] has the same label {p.display!r} as planners"
+                        f"[{seen[key]}] under memory cap {cap!r}; give one of them a distinct "
+                        "'label'"
+                    )
+                seen[key] = i
+        return self
 
 
 @dataclass(frozen=True)

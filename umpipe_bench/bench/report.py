@@ -67,7 +67,8 @@ def load_leaderboard(path: str | os.PathLike[str]) -> pd.DataFrame:
             f"no leaderboard at {str(path)!r}; run 'umpipe-bench bench' first (or pass --in)"
         )
     df = pd.read_csv(path, dtype={"error": str, "model": str, "T_measured": float,
-                                  "memory_cap": str, "caps": str})
+                                  "memory_cap": str, "caps": str, "peak_memory": str,
+                                  "memory_cap_bytes": str})
     df["error"] = df["error"].fillna("")
     df["model"] = df["model"].fillna("")
     # leaderboards written before memory caps existed: every row is uncapped
@@ -113,6 +114,15 @@ def _edp(T: Any, M: Any) -> str:
     return "none fits" if pd.isna(T) else f"{_ms(T)} ({int(M)})"
 
 
+def _peak_share(r: pd.Series) -> str:
+    """The largest per-stage ratio of peak memory to memory cap, as a percentage."""
+    peaks, caps = r.get("peak_memory"), r.get("memory_cap_bytes")
+    if not isinstance(peaks, str) or not isinstance(caps, str) or not peaks or not caps:
+        return ""
+    share = max(float(p) / float(c) for p, c in zip(peaks.split(";"), caps.split(";")))
+    return f"{share:.0%}"
+
+
 def _plan_text(r: pd.Series) -> str:
     caps = r.get("caps")
     if isinstance(caps, str) and caps:
@@ -132,10 +142,8 @@ def headline_table(df: pd.DataFrame, capped: bool = False) -> pd.DataFrame:
                   & (ok["memory_cap"] == r["memory_cap"]) & (ok["planner"] == r["planner"])]
         row = {"problem": r["problem"], "S": int(r["S"]), "B": int(r["B"]), "mode": r["mode"]}
         if capped:
-            row["memory cap"] = (f"{r['memory_cap']} = {r['memory_cap_bytes'] / 2**20:.0f} MiB"
-                                 if pd.notna(r.get("memory_cap_bytes")) else r["memory_cap"])
-            row["peak (MiB)"] = ("" if pd.isna(r.get("peak_memory_max"))
-                                 else f"{r['peak_memory_max'] / 2**20:.0f}")
+            row["memory cap"] = r["memory_cap"]
+            row["peak / cap (worst stage)"] = _peak_share(r)
         row.update({
             "best planner": r["planner"],
             "plan": _plan_text(r),
@@ -249,11 +257,11 @@ def write_report(
         _md(headline_table(df)),
         "## Under a memory cap",
         "",
-        "Each capped problem keeps a share of the memory its best GPipe-EDP plan needs in "
-        "stash mode (the largest stage's peak; GPipe keeps every sample's activations, so no "
-        "GPipe-EDP plan fits below 100 %). A plan whose peak exceeds the cap on any stage is "
-        "an error row; the EDP baselines are the best M that fits ('none fits' when no M "
-        "does).",
+        "A cap of P % gives every stage its static bytes (parameters, gradients, optimizer "
+        "state) plus P % of the activation bytes the best GPipe-EDP plan keeps there in stash "
+        "mode (GPipe keeps every sample's, so no GPipe-EDP plan fits below 100 %). A returned "
+        "plan whose peak exceeds the cap on any stage is an error row; the EDP baselines are "
+        "the best M that fits ('none fits' when no M does).",
         "",
         _md(headline_table(df, capped=True)),
         "## Every planner: mean speedup vs the best EDP that fits (over seeds)",

@@ -168,7 +168,7 @@ def _problem_columns(name: str, cache: dict[str, Problem | Exception]) -> dict[s
 
 
 def _capped(cell: Cell, problems: dict[str, Problem | Exception]
-            ) -> tuple[Problem | Exception, float | None]:
+            ) -> tuple[Problem | Exception, str | None]:
     """The cell's problem under its memory cap (the uncapped one is cached by name)."""
     problem = problems.get(cell.problem)
     if not isinstance(problem, Problem) or cell.memory_cap == NO_CAP:
@@ -183,9 +183,12 @@ def _capped(cell: Cell, problems: dict[str, Problem | Exception]
     return capped, None if isinstance(capped, Exception) else _cap_bytes(capped)
 
 
-def _cap_bytes(problem: Problem) -> float | None:
+def _cap_bytes(problem: Problem) -> str | None:
+    """Per-stage caps in bytes, ';'-joined (the leaderboard's ``memory_cap_bytes``)."""
     caps = [st.memory.capacity_bytes for st in problem.stages if st.memory is not None]
-    return max(caps) if caps and all(c is not None for c in caps) else None  # type: ignore
+    if not caps or any(c is None for c in caps):
+        return None
+    return ";".join(f"{c:.0f}" for c in caps)
 
 
 def _assemble(cell: Cell, result: dict[str, Any], problems: dict[str, Problem | Exception],
