@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import UmpipeError
 from .problem import atomic_write_text
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ MODES = ("stash", "recompute")
 PLAN_SCHEMA = "umpipe-plan/1"
 
 
-class PlanError(ValueError):
+class PlanError(UmpipeError):
     """A plan does not fit its problem or is malformed; the message names stage and field."""
 
 

@@ -49,6 +49,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..errors import UmpipeError
 from ..plan import MODES
 from ..planners.base import Budget, PlannerError
 
@@ -61,13 +62,14 @@ __all__ = [
     "load_config",
     "parse_config",
     "planner_class",
+    "planner_inputs",
     "settings_hash",
 ]
 
 Mode = Literal["stash", "recompute"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UmpipeError):
     """A matrix file is malformed; the message names the file and the field."""
 
 
@@ -182,16 +184,17 @@ class BenchConfig:
             for i, p in enumerate(self.planners)
         ]
         order = list(dict.fromkeys(n for names in [default, *per_planner] for n in names))
+        inputs = [planner_inputs(p.name, p.settings) for p in self.planners]
         out: list[Cell] = []
         for prob in order:
-            for p, names in zip(self.planners, per_planner):
+            for p, names, extra in zip(self.planners, per_planner, inputs):
                 if prob not in names:
                     continue
                 for mode in p.modes or self.bench.modes:
                     for budget in p.budgets or self.bench.budgets:
                         for seed in p.seeds or self.bench.seeds:
                             out.append(Cell(prob, p.display, p.name, dict(p.settings), seed,
-                                            mode, budget))
+                                            mode, budget, extra))
         return out
 
     def _resolve(self, patterns: list[str], known: list[str], where: str,
@@ -241,10 +244,35 @@ def planner_class(name: str) -> type:
     return get_planner_class(name)
 
 
-def settings_hash(settings: dict[str, Any], budget: str) -> str:
-    """A short stable hash of a cell's planner settings and budget (part of its resume key)."""
-    blob = json.dumps({"settings": settings, "budget": budget}, sort_keys=True, default=str)
+def settings_hash(settings: dict[str, Any], budget: str,
+                  inputs: dict[str, Any] | None = None) -> str:
+    """A short stable hash of a cell's planner settings and budget (part of its resume key).
+
+    ``inputs`` are what the planner reads besides its settings (:func:`planner_inputs`); they
+    enter the hash only when there are some, so the keys of planners without any stay as
+    they were.
+    """
+    doc: dict[str, Any] = {"settings": settings, "budget": budget}
+    if inputs:
+        doc["inputs"] = inputs
+    blob = json.dumps(doc, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def planner_inputs(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """What planner ``name`` reads besides ``settings`` when it is built with them.
+
+    A planner class may define ``resume_inputs(settings) -> dict`` (``tidgap-tuned`` returns
+    the tuned settings it loads from its installed file), so that changing those inputs, e.g.
+    ``umpipe-bench tune --install``, changes the resume key and the affected cells run again.
+    A name that does not resolve has none (:meth:`BenchConfig.check_planners` reports it).
+    """
+    try:
+        cls = planner_class(name)
+    except (KeyError, ImportError, AttributeError):
+        return {}
+    hook = getattr(cls, "resume_inputs", None)
+    return dict(hook(dict(settings))) if callable(hook) else {}
 
 
 @dataclass(frozen=True)
@@ -258,6 +286,8 @@ class Cell:
     seed: int = 0
     mode: str = "stash"
     budget: str = "evals:2000"
+    #: what the planner reads besides its settings (:func:`planner_inputs`); part of the key
+    inputs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -265,7 +295,7 @@ class Cell:
 
     @property
     def settings_hash(self) -> str:
-        return settings_hash(self.settings, self.budget)
+        return settings_hash(self.settings, self.budget, self.inputs)
 
     def key(self) -> tuple[str, str, int, str, str, str]:
         """What identifies finished work: (problem, planner, seed, mode, budget, settings)."""

@@ -15,6 +15,8 @@ import sys
 import tempfile
 from typing import Any
 
+from ..errors import UserInputError
+
 __all__ = ["register", "run"]
 
 
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         if val is not None:
             settings[key] = val
     if args.iters < 1 or args.warmup < 0:
-        raise ValueError("--iters must be >= 1 and --warmup >= 0")
+        raise UserInputError("--iters must be >= 1 and --warmup >= 0")
     spec = spec_for_problem(problem, runs, peer=not args.no_peer, **settings)
 
     predicted: dict[str, float | None] = {}

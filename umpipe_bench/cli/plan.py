@@ -13,13 +13,15 @@ import json
 import sys
 from typing import Any
 
+from ..errors import UserInputError
+
 
 def _parse_sets(items: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--set {item!r}: expected key=value")
+            raise UserInputError(f"--set {item!r}: expected key=value")
         out[key.strip()] = value.strip()
     return out
 
@@ -54,11 +56,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..planners.reference import best_edp
-    from ..registry import get_planner, get_problem
+    from ._lookup import planner_class
+    from ._lookup import problem as get_problem
+    from ._paths import check_output_file, writing
 
+    check_output_file(args.out, "--out")
     problem = get_problem(args.problem)
     settings = _parse_sets(args.settings)
-    planner = get_planner(args.planner, **settings)
+    planner = planner_class(args.planner)(**settings)
     res = planner.plan(problem, mode=args.mode, budget=args.budget, seed=args.seed,
                        progress=not args.no_progress and sys.stderr.isatty())
     M_g, T_g = best_edp(problem, args.mode, "gpipe")
@@ -85,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         "plan_kind": res.plan.describe(),
     }
     if args.out:
-        res.plan.save(args.out)
+        with writing(args.out, "--out"):
+            res.plan.save(args.out)
         out["out"] = args.out
     if args.json:
         out["plan"] = res.plan.to_dict()

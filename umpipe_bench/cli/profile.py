@@ -10,6 +10,8 @@ import json
 import sys
 from typing import Any
 
+from ..errors import UserInputError
+
 __all__ = ["register", "run"]
 
 
@@ -103,11 +105,11 @@ def run(args: argparse.Namespace) -> int:
     from ..profiler.profile import Grouping, LinkFigures, profile_model
 
     if args.batch < 1:
-        raise ValueError(f"--batch must be >= 1, got {args.batch}")
+        raise UserInputError(f"--batch must be >= 1, got {args.batch}")
     if (args.link_latency is None) != (args.link_bandwidth is None):
-        raise ValueError("give both --link-latency and --link-bandwidth, or neither")
+        raise UserInputError("give both --link-latency and --link-bandwidth, or neither")
     if args.balance_from and args.stages is None:
-        raise ValueError("--balance-from needs --stages")
+        raise UserInputError("--balance-from needs --stages")
     config: dict[str, Any] = dict(args.config)
     if args.seq is not None:
         config["seq"] = args.seq

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import UserInputError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -33,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         files = write_report(args.csv, args.out, plots=not args.no_plots, command=command)
     except FileNotFoundError as exc:
-        raise ValueError(str(exc)) from None
+        raise UserInputError(str(exc)) from None
     for f in files:
         print(f"wrote {f}")
     return 0

@@ -29,10 +29,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..plan import parse_plan_spec
-    from ..registry import get_problem
     from ..schedules import build_schedule, format_schedule
     from ..simulator import simulate
+    from ._lookup import problem as get_problem
+    from ._paths import check_output_file, writing
 
+    check_output_file(args.trace, "--trace")
+    check_output_file(args.gantt, "--gantt")
     problem = get_problem(args.problem)
     plan, schedule = parse_plan_spec(args.plan, problem, args.mode)
     ops = build_schedule(schedule, plan)
@@ -40,11 +43,14 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         from ..trace import save_chrome_trace
 
-        save_chrome_trace(tl, args.trace)
+        with writing(args.trace, "--trace"):
+            save_chrome_trace(tl, args.trace)
     if args.gantt:
         from ..trace import save_gantt
 
-        save_gantt(tl, args.gantt, [f"{problem.name} · {args.plan} · {schedule} · {plan.mode}"])
+        title = f"{problem.name} · {args.plan} · {schedule} · {plan.mode}"
+        with writing(args.gantt, "--gantt"):
+            save_gantt(tl, args.gantt, [title])
     if args.json:
         out = tl.to_dict(with_events=args.events)
         out["plan"] = plan.to_dict()

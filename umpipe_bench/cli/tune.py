@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import UserInputError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     from ..bench.tune import TuneSpec
@@ -66,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
         get_problem(name)  # fail early, listing the valid names
     overlap = sorted(set(spec.train) & set(spec.heldout))
     if overlap:
-        raise ValueError(f"--heldout problems must not be training problems: {overlap}")
+        raise UserInputError(f"--heldout problems must not be training problems: {overlap}")
     if args.trials < 0:
-        raise ValueError(f"--trials must be >= 0, got {args.trials}")
+        raise UserInputError(f"--trials must be >= 0, got {args.trials}")
     name = args.study_name or f"{spec.planner}-{spec.budget.replace(':', '')}"
     study = open_study(spec, args.storage, name, args.seed)
     if args.trials or args.timeout:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..errors import UmpipeError
+
 __all__ = [
     "PeerLostError",
     "PlanRefused",
@@ -16,7 +18,7 @@ class RuntimeFailure(RuntimeError):
     """Base class of the runtime's errors."""
 
 
-class PlanRefused(RuntimeFailure, ValueError):
+class PlanRefused(RuntimeFailure, UmpipeError):
     """A plan (or problem) that cannot be executed, refused before any process is launched."""
 
 
