@@ -103,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
 
     from ..profiler.partition import parse_layers_per_stage
     from ..profiler.profile import Grouping, LinkFigures, profile_model
+    from ._paths import check_output_file, writing
 
+    check_output_file(args.out, "--out")  # before minutes of profiling, not after
     if args.batch < 1:
         raise UserInputError(f"--batch must be >= 1, got {args.batch}")
     if (args.link_latency is None) != (args.link_bandwidth is None):
@@ -140,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
         log=lambda msg: print(msg, file=sys.stderr),
         co_run=args.co_run,
     )
-    problem.save(out)
+    with writing(out, "--out"):
+        problem.save(out)
     prov = problem.provenance
     print(
         f"wrote {out}: {problem.name}, S={problem.S}, B={problem.B}, sizes {list(problem.sizes)}, "
