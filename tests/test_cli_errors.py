@@ -235,3 +235,21 @@ def test_paths_helper_rejects_a_file_as_folder(tmp_path):
     with pytest.raises(UmpipeError, match="is a file"):
         check_output_dir(f, "--out")
     assert Path(tmp_path).is_dir()
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--set", "layers=1"], "layers"),
+    (["--layers-per-stage", "1,1"], "layers_per_stage"),
+    (["--repeats", "0"], "repeats"),
+])
+def test_profile_bad_settings_are_one_line(tmp_path, capsys, extra, needle):
+    pytest.importorskip("torch")
+    rc = main(["profile", "tiny-mlp", "-B", "4", "--no-progress", "--link-latency", "0",
+               "--link-bandwidth", "1e9", "--out", str(tmp_path / "p.json"), *extra])
+    _one_line_error(capsys, rc, needle)
+
+
+def test_unknown_model_is_one_line(tmp_path, capsys):
+    pytest.importorskip("torch")
+    rc = main(["profile", "no-such-model", "-B", "4", "--out", str(tmp_path / "p.json")])
+    _one_line_error(capsys, rc, "unknown model")

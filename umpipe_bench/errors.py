@@ -8,7 +8,7 @@ other exception is a bug and keeps its traceback (see ``docs/ARCHITECTURE.md``, 
 
 from __future__ import annotations
 
-__all__ = ["UmpipeError", "UnknownNameError", "UserInputError"]
+__all__ = ["ProfileError", "UmpipeError", "UnknownNameError", "UserInputError"]
 
 
 class UmpipeError(ValueError):
@@ -28,3 +28,7 @@ class UnknownNameError(UmpipeError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class ProfileError(UmpipeError):
+    """A profile cannot be taken as asked (model config, grouping, clock, device, link)."""
