@@ -60,7 +60,7 @@ def best_edp(problem: Problem, schedule: str, divides: bool = False) -> tuple[Pl
 
 
 def local_search(problem: Problem, start: Plan, *, evals: int, seed: int) -> tuple[Plan, float]:
-    """Seeded first-improvement search over cut bits (MODEL.md §2) under ``gpipe``."""
+    """Seeded first-improvement search over cut bits (docs/MODEL.md §2) under ``gpipe``."""
     rng = random.Random(seed)
     fbits, bbits = start.to_bits()
     best_t = predict(problem, start, "gpipe")

@@ -50,7 +50,7 @@ COLUMNS: tuple[str, ...] = (
     "problem", "S", "B", "source", "device", "model", "problem_digest",
     # the cell (problem, planner, seed, mode, budget, settings_hash form its key)
     "planner", "planner_name", "seed", "mode", "budget", "settings_hash",
-    # the result, predicted by the simulator (MODEL.md §4); times in seconds
+    # the result, predicted by the simulator (docs/MODEL.md §4); times in seconds
     "schedule", "plan_kind", "T_pred", "T_start", "evaluations", "wall_time",
     # the equal-microbatch baselines of the same problem and mode: best EDP(M) over all M
     "T_gpipe_edp", "M_gpipe_edp", "T_1f1b_edp", "M_1f1b_edp",

@@ -155,13 +155,13 @@ def write_report(
         *([f"**{len(skipped)} malformed line(s) of the file were left out** (a truncated or "
            "hand-edited row): " + "; ".join(skipped)] if skipped else []),
         "",
-        "Times are the simulator's predicted iteration time (MODEL.md §4). Speedup = "
+        "Times are the simulator's predicted iteration time (docs/MODEL.md §4). Speedup = "
         "T_baseline / T − 1 (more iterations per second), against the best equal-microbatch "
         "plan EDP(M) over all M of the same problem and memory mode under the GPipe schedule "
         "and under 1F1B (PipeDream-flush). The paper's figures (UMPIPE, TPDS 2025, abstract) "
         "were measured on its own hardware and partitions: they are the bar, not the same "
         "experiment. The contenders plan for the GPipe (flush) schedule (1F1B of unequal "
-        "partitions is not defined yet, MODEL.md §3), so 'vs 1F1B' sets an unequal GPipe plan "
+        "partitions is not defined yet, docs/MODEL.md §3), so 'vs 1F1B' sets an unequal GPipe plan "
         "against the best equal 1F1B plan.",
         "",
         "## Best plan per problem (any planner but the GPipe/1F1B references)",

@@ -3,7 +3,7 @@
 Without ``RANK``/``WORLD_SIZE`` in the environment it launches one process per stage through
 ``torchrun --standalone`` and waits for them; under an existing ``torchrun`` launch (one
 process per stage, any number of nodes) every rank runs its own stage in-process and rank 0
-prints the report (MODEL.md §5).
+prints the report (docs/MODEL.md §5).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``umpipe-bench plan``: run one planner on one problem; report T and the speedups.
 
-Speedups are against the best equal-microbatch plans in the same memory mode (MODEL.md §2
+Speedups are against the best equal-microbatch plans in the same memory mode (docs/MODEL.md §2
 EDP, best M in 1..B): GPipe (gpipe schedule) and 1F1B (the paper's PipeDream comparison),
 written as ``T_baseline / T - 1`` (0.1389 = +13.89 %, the paper's convention and the
 leaderboard's).

@@ -1,6 +1,6 @@
 """``umpipe-bench profile``: measure a torch model stage by stage into a problem file.
 
-See :mod:`umpipe_bench.profiler` for what is measured and how (MODEL.md §1).
+See :mod:`umpipe_bench.profiler` for what is measured and how (docs/MODEL.md §1).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``profile`` sub-command."""
     p = sub.add_parser(
         "profile",
-        help="measure a torch model layer by layer into a problem file (MODEL.md §1)",
+        help="measure a torch model layer by layer into a problem file (docs/MODEL.md §1)",
         description="Profile MODEL (see problems/models: gpt1, gpt1-mini, vgg16, vgg16-mini, "
         "tiny-known, ...) at mini-batch B: per stage forward, backward, recompute+backward and "
         "optimizer step on the sizes 1, 2, 4, ..., B (warm-up, then interleaved round-robin "

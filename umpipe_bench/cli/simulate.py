@@ -9,7 +9,7 @@ import json
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
-        help="simulate one iteration of a plan (MODEL.md §4) and print T",
+        help="simulate one iteration of a plan (docs/MODEL.md §4) and print T",
         description="Simulate one training iteration of a plan on a problem with the reference "
         "list-schedule simulator. SPEC is 'gpipe:M' (EDP(M) under GPipe), '1f1b:M' (EDP(M) "
         "under 1F1B) or a plan JSON file (written by 'umpipe-bench plan --out').",

@@ -43,7 +43,7 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch
 @dataclass(frozen=True)
 class Grouping:
     """How layers become stages: exactly one of ``layers_per_stage`` (explicit), ``stages``
-    (balanced by measured time, MODEL.md §1) or neither (one layer per stage). For balancing,
+    (balanced by measured time, docs/MODEL.md §1) or neither (one layer per stage). For balancing,
     ``balance_from`` names a one-layer-per-stage problem file of the same model, config and B
     whose ``fwd(B) + bwd(B)`` gives the layer times; without it the profiler first runs a
     short per-layer probe (fwd + bwd at size B)."""

@@ -1,4 +1,4 @@
-"""Launch one process per stage with ``torchrun`` and watch it (MODEL.md §5).
+"""Launch one process per stage with ``torchrun`` and watch it (docs/MODEL.md §5).
 
 Process launching is torch's job (``torch.distributed.run --standalone``: a free port, one
 worker per stage, a failed worker stops the others). This module adds what a benchmark needs

@@ -1,4 +1,4 @@
-"""The job a launch runs: stages to build, entries (plans) to time, settings (MODEL.md §5).
+"""The job a launch runs: stages to build, entries (plans) to time, settings (docs/MODEL.md §5).
 
 A :class:`RunSpec` is plain data (JSON) so that the launcher can hand it to ``torchrun``
 workers, and so that a worker needs neither the problem file nor the core's schedule builder:
@@ -29,7 +29,7 @@ class Entry:
     """One thing to time: a plan under a schedule, run by one engine.
 
     ``ops[s]`` is stage ``s``'s operation list as ``[kind, index, start, stop]`` items, exactly
-    as :func:`umpipe_bench.schedules.build_schedule` produced it (MODEL.md §3). For the torch
+    as :func:`umpipe_bench.schedules.build_schedule` produced it (docs/MODEL.md §3). For the torch
     engine ``ops`` is empty and ``M`` is the number of equal microbatches.
     """
 
