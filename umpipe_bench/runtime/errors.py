@@ -1,4 +1,5 @@
-"""Errors of the runtime: every one names the stage (and microbatch) it concerns (docs/MODEL.md §5)."""
+"""Errors of the runtime: each names the stage (and microbatch) it concerns (docs/MODEL.md §5).
+"""
 
 from __future__ import annotations
 

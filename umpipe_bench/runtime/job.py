@@ -1,4 +1,6 @@
-"""Turn a problem and plans into a :class:`RunSpec`, refusing what cannot run (docs/MODEL.md §2, §5).
+"""Turn a problem and plans into a :class:`RunSpec`, refusing what cannot run.
+
+docs/MODEL.md §2 (plans) and §5 (the runtime contract).
 
 Everything that can be checked without launching is checked here: the problem can be rebuilt
 (profiled, with a model and layer grouping), every plan has the problem's stage count and
