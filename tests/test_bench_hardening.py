@@ -17,9 +17,11 @@ from umpipe_bench.bench import parse_config, read_rows, run_matrix
 from umpipe_bench.bench.leaderboard import COLUMNS, Leaderboard
 from umpipe_bench.cli import main
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def _tuned_file(path: Path, population: int) -> Path:
-    src = json.loads(Path("umpipe_bench/data/tuned-tidgap.json").read_text())
+    src = json.loads((ROOT / "umpipe_bench/data/tuned-tidgap.json").read_text())
     src["settings"]["population"] = population
     path.write_text(json.dumps(src))
     return path
@@ -147,3 +149,11 @@ def test_scan_rows_names_every_malformed_line(tmp_path):
     assert [b.split(": ")[1] for b in bad] == ["line 3", "line 4"]
     assert issubclass(LeaderboardError, UmpipeError)
     assert len(COLUMNS) > 10
+
+
+def test_bench_out_that_is_a_file_is_one_line(tmp_path, capsys):
+    cfg = _write_toml(tmp_path / "m.toml", FAILING)
+    (tmp_path / "f").write_text("x")
+    rc = main(["bench", "--config", str(cfg), "--out", str(tmp_path / "f"), "--no-progress"])
+    assert rc == 2
+    assert "--out" in capsys.readouterr().err

@@ -61,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
         for c in select_cells(config.cells(), limit=args.limit, shard=args.shard):
             print(f"{c.problem:<18} {c.planner:<16} {c.mode:<9} seed {c.seed:<3} {c.budget}")
         return 0
+    from ._paths import check_output_dir
+
+    check_output_dir(args.out, "--out")
     summary = run_matrix(config, args.out, limit=args.limit, shard=args.shard, jobs=args.jobs,
                          retry_errors=args.retry_errors,
                          progress=False if args.no_progress else None)
