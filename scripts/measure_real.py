@@ -25,7 +25,6 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +185,7 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
     ex = prepare(problem, [str(s) for s in specs], iters=iters, warmup=args.warmup, threads=1)
     load_before = os.getloadavg()
     try:
-        result = run_execution(ex, tempfile.mkdtemp(prefix=f"umpipe-real-{problem.name}-"))
+        result = run_execution(ex)  # a temporary run folder, kept only if the run fails
     except StageFailure as exc:
         raise SystemExit(f"[{problem.name}] execute failed: {exc}") from None
     load_after = os.getloadavg()

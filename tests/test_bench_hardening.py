@@ -157,3 +157,34 @@ def test_bench_out_that_is_a_file_is_one_line(tmp_path, capsys):
     rc = main(["bench", "--config", str(cfg), "--out", str(tmp_path / "f"), "--no-progress"])
     assert rc == 2
     assert "--out" in capsys.readouterr().err
+
+
+SHARDED = """
+[bench]
+problems = ["sim-s2-b8-s0", "sim-s2-b8-s1"]
+seeds = [0, 1, 2, 3]
+budgets = ["evals:50"]
+
+[[planners]]
+name = "tests.test_bench:EdpPlanner"
+settings = { M = 2, delay = 0.05 }
+"""
+
+
+def _shard(cfg: str, out: str, i: int) -> None:
+    from umpipe_bench.bench import load_config
+
+    run_matrix(load_config(cfg), out, shard=(i, 2), progress=False)
+
+
+def test_two_shards_into_one_folder_give_all_rows(tmp_path):
+    cfg = str(_write_toml(tmp_path / "m.toml", SHARDED))
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_shard, args=(cfg, str(tmp_path / "o"), i)) for i in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    rows = read_rows(tmp_path / "o" / "leaderboard.csv")
+    assert len(rows) == 8 and all(r["error"] == "" for r in rows)
