@@ -25,7 +25,6 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,9 @@ from umpipe_bench.plan import Plan  # noqa: E402
 from umpipe_bench.planners.reference import best_edp as reference_best_edp  # noqa: E402
 from umpipe_bench.problem import Problem  # noqa: E402
 from umpipe_bench.registry import get_planner, get_problem, planner_names  # noqa: E402
+from umpipe_bench.runtime.errors import StageFailure  # noqa: E402
+from umpipe_bench.runtime.execution import prepare, run_execution  # noqa: E402
+from umpipe_bench.runtime.report import write_csv  # noqa: E402
 from umpipe_bench.simulator import simulate  # noqa: E402
 
 
@@ -57,7 +59,7 @@ def best_edp(problem: Problem, schedule: str, divides: bool = False) -> tuple[Pl
 
 
 def local_search(problem: Problem, start: Plan, *, evals: int, seed: int) -> tuple[Plan, float]:
-    """Seeded first-improvement search over cut bits (MODEL.md §2) under ``gpipe``."""
+    """Seeded first-improvement search over cut bits (docs/MODEL.md §2) under ``gpipe``."""
     rng = random.Random(seed)
     fbits, bbits = start.to_bits()
     best_t = predict(problem, start, "gpipe")
@@ -179,39 +181,18 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
         predict(problem, p, str(p.meta["schedule"])) for p in loaded
     )
     iters = args.iters or max(5, min(30, int(args.seconds / max(per_round, 1e-9))))
-    cmd = [
-        sys.executable,
-        "-c",
-        "import sys; from umpipe_bench.cli import main; sys.exit(main())",
-        "execute",
-        "--problem",
-        problem_name,
-        "--plan",
-        str(specs[0]),
-        *[a for s in specs[1:] for a in ("--vs", str(s))],
-        "--iters",
-        str(iters),
-        "--warmup",
-        str(args.warmup),
-        "--threads",
-        "1",
-        "--json",
-        "--csv",
-        str(out / f"{problem.name}.csv"),
-        "--run-dir",
-        tempfile.mkdtemp(prefix=f"umpipe-real-{problem.name}-"),
-    ]
-    print(
-        f"[{problem.name}] {len(specs)} plans, {iters} iterations each: {' '.join(cmd[3:])}",
-        flush=True,
-    )
-    (out / f"{problem.name}.csv").unlink(missing_ok=True)  # this run's rows only
+    print(f"[{problem.name}] {len(specs)} plans, {iters} iterations each", flush=True)
+    ex = prepare(problem, [str(s) for s in specs], iters=iters, warmup=args.warmup, threads=1)
     load_before = os.getloadavg()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    try:
+        result = run_execution(ex)  # a temporary run folder, kept only if the run fails
+    except StageFailure as exc:
+        raise SystemExit(f"[{problem.name}] execute failed: {exc}") from None
     load_after = os.getloadavg()
-    if proc.returncode != 0:
-        raise SystemExit(f"[{problem.name}] execute failed ({proc.returncode}):\n{proc.stderr}")
-    data = json.loads(proc.stdout)
+    rows = ex.rows(result)
+    (out / f"{problem.name}.csv").unlink(missing_ok=True)  # this run's rows only
+    write_csv(rows, out / f"{problem.name}.csv")
+    data: dict[str, Any] = {"rows": rows, "result": result}
     data["planner"] = how
     data["profile"] = "re-profiled (this run)" if args.reprofile else "committed file"
     # predictions of the same plans by the committed profile, for comparison

@@ -11,6 +11,7 @@ from umpipe_bench.bench import parse_config, run_matrix
 from umpipe_bench.bench.plots import convergence_curve
 from umpipe_bench.bench.report import PAPER, best_rows, load_leaderboard, paper_figure, write_report
 from umpipe_bench.cli import main
+from umpipe_bench.errors import UmpipeError
 from umpipe_bench.plan import Plan
 from umpipe_bench.planners.base import Planner, PlanResult
 from umpipe_bench.simulator import gpipe_recurrence
@@ -115,5 +116,5 @@ def test_convergence_curve_reads_logbooks_and_lists():
 
 
 def test_load_leaderboard_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="umpipe-bench bench"):
+    with pytest.raises(UmpipeError, match="umpipe-bench bench"):
         load_leaderboard(tmp_path / "x.csv")

@@ -11,7 +11,9 @@ This module imports no torch.
 from __future__ import annotations
 
 import json
+import numbers
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .errors import UmpipeError
 from .problem import atomic_write_text
 
 if TYPE_CHECKING:
@@ -39,7 +42,7 @@ MODES = ("stash", "recompute")
 PLAN_SCHEMA = "umpipe-plan/1"
 
 
-class PlanError(ValueError):
+class PlanError(UmpipeError):
     """A plan does not fit its problem or is malformed; the message names stage and field."""
 
 
@@ -89,6 +92,47 @@ def bits_to_sizes(bits: Sequence[int]) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def _sizes(parts: Any, direction: str) -> tuple[tuple[int, ...], ...]:
+    """Partitions as tuples of ints; a size that is not an integer (``16.5``, ``"16"``,
+    ``true``) is refused, never rounded (docs/MODEL.md §2: sizes are positive integers)."""
+    out = []
+    for s, p in enumerate(parts):
+        row = []
+        for j, x in enumerate(p):
+            if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+                raise PlanError(f"stage {s} {direction} microbatch {j}: size {x!r} is not an "
+                                "integer")
+            row.append(int(x))
+        out.append(tuple(row))
+    return tuple(out)
+
+
+def _common_sum(*groups: Sequence[Sequence[int]]) -> int:
+    """The mini-batch size the partitions agree on: the sum most of them have (ties: the
+    first stage's forward sum), so an error names the stage that sums wrong."""
+    sums = [sum(p) for parts in groups for p in parts]
+    counts = Counter(sums)
+    top = max(counts.values())
+    return next(x for x in sums if counts[x] == top)
+
+
+def _check_recorded_B(data: dict[str, Any], where: str) -> None:
+    """A plan file records ``B``: name the first stage whose partition sums otherwise."""
+    B = data.get("B")
+    if isinstance(B, bool) or not isinstance(B, int):
+        return
+    for direction in ("fwd", "bwd"):
+        parts = data[direction]
+        if not isinstance(parts, list):
+            return
+        for s, p in enumerate(parts):
+            if isinstance(p, list) and all(
+                isinstance(x, int) and not isinstance(x, bool) for x in p
+            ) and sum(p) != B:
+                raise PlanError(f"{where}: stage {s} {direction} partition {p} sums to "
+                                f"{sum(p)}; the file's B is {B}")
+
+
 @dataclass(frozen=True)
 class Plan:
     """Per-stage forward and backward compositions and a memory mode (MODEL.md §2)."""
@@ -101,8 +145,8 @@ class Plan:
     caps: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "fwd", tuple(tuple(int(x) for x in p) for p in self.fwd))
-        object.__setattr__(self, "bwd", tuple(tuple(int(x) for x in q) for q in self.bwd))
+        object.__setattr__(self, "fwd", _sizes(self.fwd, "fwd"))
+        object.__setattr__(self, "bwd", _sizes(self.bwd, "bwd"))
         if self.caps is not None:
             object.__setattr__(self, "caps", _check_caps(self.caps, len(self.fwd)))
         self._check_shape()
@@ -174,7 +218,7 @@ class Plan:
             raise PlanError(
                 f"plan has {len(self.fwd)} forward partitions but {len(self.bwd)} backward ones"
             )
-        B = sum(self.fwd[0])
+        B = _common_sum(self.fwd, self.bwd)
         for direction, parts in (("fwd", self.fwd), ("bwd", self.bwd)):
             for s, p in enumerate(parts):
                 if not p:
@@ -188,7 +232,7 @@ class Plan:
                 if sum(p) != B:
                     raise PlanError(
                         f"stage {s} {direction} partition {list(p)} sums to {sum(p)}; expected "
-                        f"B = {B} (the sum of stage 0's forward partition)"
+                        f"B = {B} (the sum of most partitions)"
                     )
         if self.mode == "stash":
             for s, (p, q) in enumerate(zip(self.fwd, self.bwd)):
@@ -236,6 +280,7 @@ class Plan:
         for key in ("mode", "fwd", "bwd"):
             if key not in data:
                 raise PlanError(f"{where}: missing field {key!r}")
+        _check_recorded_B(data, where)
         try:
             plan = cls(fwd=data["fwd"], bwd=data["bwd"], mode=data["mode"],
                        meta=dict(data.get("meta", {})), caps=data.get("caps"))

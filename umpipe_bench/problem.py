@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import UmpipeError
+
 __all__ = [
     "SCHEMA",
     "Link",
@@ -39,7 +41,7 @@ SCHEMA = "umpipe-problem/1"
 _COST_KINDS = ("fwd", "bwd", "rbwd")
 
 
-class ProblemError(ValueError):
+class ProblemError(UmpipeError):
     """A problem (file) is malformed; the message names the file, field and stage."""
 
 

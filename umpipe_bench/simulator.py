@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from itertools import accumulate
 from typing import Any
 
+from .errors import UmpipeError
 from .memory import capacities, memory_figures, peak_memory
 from .plan import Plan
 from .problem import Problem
@@ -28,7 +29,7 @@ from .schedules import Op, build_schedule, schedule_of
 __all__ = ["OpTiming", "SimulationError", "Timeline", "Transfer", "gpipe_recurrence", "simulate"]
 
 
-class SimulationError(RuntimeError):
+class SimulationError(UmpipeError):
     """The operation lists cannot run (a dependency is never produced: a deadlock)."""
 
 

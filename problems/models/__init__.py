@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from umpipe_bench.errors import UnknownNameError, UserInputError
+
 __all__ = ["ModelSpec", "get_model", "merge_config", "model_names"]
 
 # model name -> module that defines it
@@ -47,7 +49,7 @@ def model_names() -> list[str]:
 def get_model(name: str) -> ModelSpec:
     key = name.lower()
     if key not in _MODULES:
-        raise KeyError(f"unknown model {name!r}; valid models: {', '.join(model_names())}")
+        raise UnknownNameError(f"unknown model {name!r}; valid models: {', '.join(model_names())}")
     module = importlib.import_module(_MODULES[key])
     return module.MODELS[key]
 
@@ -61,12 +63,13 @@ def merge_config(
     merged = dict(defaults)
     for key, value in (config or {}).items():
         if key not in defaults:
-            raise ValueError(
+            raise UserInputError(
                 f"{model} config: unknown field {key!r}; valid fields: {', '.join(defaults)}"
             )
         merged[key] = value
     for key in defaults if int_keys is None else int_keys:
         value = merged[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{model} config: field {key!r} must be a positive int, got {value!r}")
+            raise UserInputError(
+                f"{model} config: field {key!r} must be a positive int, got {value!r}")
     return merged

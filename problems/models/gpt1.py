@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from problems.models import ModelSpec, merge_config
+from umpipe_bench.errors import UserInputError
 
 __all__ = ["GPT1_CONFIG", "GPT1_MINI_CONFIG", "MODELS", "loss", "resolve_config"]
 
@@ -51,7 +52,7 @@ def resolve_config(config: dict[str, Any] | None, defaults: dict[str, Any]) -> d
     """Merge ``config`` over ``defaults`` and check every field; errors name the field."""
     merged = merge_config("gpt1", config, defaults, _INT_KEYS)
     if merged["d_model"] % merged["heads"]:
-        raise ValueError(
+        raise UserInputError(
             f"gpt1 config: field 'd_model' ({merged['d_model']}) must be divisible by "
             f"'heads' ({merged['heads']})"
         )

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from problems.models import ModelSpec
+from umpipe_bench.errors import UserInputError
 
 __all__ = ["KNOWN_CONFIG", "MODELS", "RepeatedMatmul", "loss", "resolve_config"]
 
@@ -30,21 +31,22 @@ def resolve_config(config: dict[str, Any] | None) -> dict[str, Any]:
     merged = dict(KNOWN_CONFIG)
     for key, value in (config or {}).items():
         if key not in KNOWN_CONFIG:
-            raise ValueError(
+            raise UserInputError(
                 f"tiny-known config: unknown field {key!r}; valid fields: {', '.join(KNOWN_CONFIG)}"
             )
         merged[key] = value
     for key in ("hidden", "rows"):
         v = merged[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"tiny-known config: field {key!r} must be a positive int, got {v!r}")
+            raise UserInputError(
+                f"tiny-known config: field {key!r} must be a positive int, got {v!r}")
     work = merged["work"]
     if (
         not isinstance(work, (list, tuple))
         or not work
         or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in work)
     ):
-        raise ValueError(
+        raise UserInputError(
             f"tiny-known config: field 'work' must be a non-empty list of ints >= 1, got {work!r}"
         )
     merged["work"] = list(work)

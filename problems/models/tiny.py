@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from problems.models import ModelSpec
+from umpipe_bench.errors import UserInputError
 
 __all__ = ["MODELS", "build", "loss", "sample_batch"]
 
@@ -24,7 +25,7 @@ def _cfg(config: dict[str, Any] | None) -> dict[str, Any]:
     merged = dict(DEFAULT_CONFIG)
     merged.update(config or {})
     if int(merged["layers"]) < 2:
-        raise ValueError(f"tiny-mlp: config 'layers' must be >= 2, got {merged['layers']}")
+        raise UserInputError(f"tiny-mlp: config 'layers' must be >= 2, got {merged['layers']}")
     return merged
 
 

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from problems.models import ModelSpec, merge_config
+from umpipe_bench.errors import UserInputError
 
 __all__ = ["MODELS", "VGG16_CONFIG", "VGG16_MINI_CONFIG", "loss", "resolve_config"]
 
@@ -42,7 +43,7 @@ def resolve_config(config: dict[str, Any] | None, defaults: dict[str, Any]) -> d
     """Merge ``config`` over ``defaults`` and check every field; errors name the field."""
     merged = merge_config("vgg16", config, defaults)
     if merged["image"] % 32:
-        raise ValueError(
+        raise UserInputError(
             f"vgg16 config: field 'image' must be a multiple of 32, got {merged['image']}"
         )
     return merged

@@ -49,6 +49,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..errors import UmpipeError
 from ..plan import MODES
 from ..planners.base import Budget, PlannerError
 from .memcap import NO_CAP, check_memory_cap
@@ -62,13 +63,14 @@ __all__ = [
     "load_config",
     "parse_config",
     "planner_class",
+    "planner_inputs",
     "settings_hash",
 ]
 
 Mode = Literal["stash", "recompute"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UmpipeError):
     """A matrix file is malformed; the message names the file and the field."""
 
 
@@ -201,9 +203,10 @@ class BenchConfig:
             for i, p in enumerate(self.planners)
         ]
         order = list(dict.fromkeys(n for names in [default, *per_planner] for n in names))
+        inputs = [planner_inputs(p.name, p.settings) for p in self.planners]
         out: list[Cell] = []
         for prob in order:
-            for p, names in zip(self.planners, per_planner):
+            for p, names, extra in zip(self.planners, per_planner, inputs):
                 if prob not in names:
                     continue
                 for cap in p.memory_caps or self.bench.memory_caps:
@@ -211,7 +214,7 @@ class BenchConfig:
                         for budget in p.budgets or self.bench.budgets:
                             for seed in p.seeds or self.bench.seeds:
                                 out.append(Cell(prob, p.display, p.name, dict(p.settings),
-                                                seed, mode, budget, cap))
+                                                seed, mode, budget, cap, extra))
         return out
 
     def _resolve(self, patterns: list[str], known: list[str], where: str,
@@ -261,14 +264,38 @@ def planner_class(name: str) -> type:
     return get_planner_class(name)
 
 
-def settings_hash(settings: dict[str, Any], budget: str, memory_cap: str = NO_CAP) -> str:
+def settings_hash(settings: dict[str, Any], budget: str,
+                  inputs: dict[str, Any] | None = None, memory_cap: str = NO_CAP) -> str:
     """A short stable hash of a cell's planner settings, budget and memory cap (part of its
-    resume key; an uncapped cell hashes as it did before caps existed)."""
-    what: dict[str, Any] = {"settings": settings, "budget": budget}
+    resume key).
+
+    ``inputs`` are what the planner reads besides its settings (:func:`planner_inputs`); they
+    enter the hash only when there are some, and the memory cap only when there is one, so
+    the keys of uncapped planners without inputs stay as they were.
+    """
+    doc: dict[str, Any] = {"settings": settings, "budget": budget}
+    if inputs:
+        doc["inputs"] = inputs
     if memory_cap != NO_CAP:
-        what["memory_cap"] = memory_cap
-    blob = json.dumps(what, sort_keys=True, default=str)
+        doc["memory_cap"] = memory_cap
+    blob = json.dumps(doc, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def planner_inputs(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """What planner ``name`` reads besides ``settings`` when it is built with them.
+
+    A planner class may define ``resume_inputs(settings) -> dict`` (``tidgap-tuned`` returns
+    the tuned settings it loads from its installed file), so that changing those inputs, e.g.
+    ``umpipe-bench tune --install``, changes the resume key and the affected cells run again.
+    A name that does not resolve has none (:meth:`BenchConfig.check_planners` reports it).
+    """
+    try:
+        cls = planner_class(name)
+    except (KeyError, ImportError, AttributeError):
+        return {}
+    hook = getattr(cls, "resume_inputs", None)
+    return dict(hook(dict(settings))) if callable(hook) else {}
 
 
 @dataclass(frozen=True)
@@ -283,6 +310,8 @@ class Cell:
     mode: str = "stash"
     budget: str = "evals:2000"
     memory_cap: str = NO_CAP
+    #: what the planner reads besides its settings (:func:`planner_inputs`); part of the key
+    inputs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -290,7 +319,7 @@ class Cell:
 
     @property
     def settings_hash(self) -> str:
-        return settings_hash(self.settings, self.budget, self.memory_cap)
+        return settings_hash(self.settings, self.budget, self.inputs, self.memory_cap)
 
     def key(self) -> tuple[str, str, int, str, str, str]:
         """What identifies finished work: (problem, planner, seed, mode, budget, settings

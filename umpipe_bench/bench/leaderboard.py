@@ -5,19 +5,25 @@ The fixed columns are :data:`COLUMNS` (pinned by a schema test); each planner se
 is a row whose ``error`` column is set, not a crashed batch (as nevergrad's benchmarks do).
 
 The file is rewritten whole through a temporary file and ``os.replace`` after every cell, so a
-reader, or a run killed at any instant, only ever sees a complete file of complete rows.
+reader, or a run killed at any instant, only ever sees a complete file of complete rows; each
+rewrite re-reads and merges the file under an ``flock`` on a sidecar ``.lock`` file, so
+concurrent writers (shards sharing one folder) lose no rows. A file that cannot be read whole
+is refused, never overwritten.
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..errors import UmpipeError
 from ..problem import atomic_write_text
 
 __all__ = [
@@ -26,9 +32,11 @@ __all__ = [
     "PARAM_PREFIX",
     "VERSION_PACKAGES",
     "Leaderboard",
+    "LeaderboardError",
     "flatten_settings",
     "read_rows",
     "row_key",
+    "scan_rows",
 ]
 
 PARAM_PREFIX = "param_"
@@ -92,27 +100,95 @@ def _cell_text(v: Any) -> str:
     return str(v)
 
 
-def read_rows(path: str | os.PathLike[str]) -> list[dict[str, str]]:
-    """The rows of a leaderboard file (empty when it does not exist)."""
+class LeaderboardError(UmpipeError):
+    """A leaderboard file cannot be used as one: it names the file, the line and the fault."""
+
+
+def scan_rows(path: str | os.PathLike[str]) -> tuple[list[dict[str, str]], list[str]]:
+    """The well-formed rows of a leaderboard file and one message per malformed line.
+
+    A row is malformed when it has fewer or more fields than the header (a truncated or
+    hand-edited line) or a key column (:data:`KEY_COLUMNS`) that :func:`row_key` cannot read.
+    A missing file has no rows; a file without the key columns is a :class:`LeaderboardError`.
+    """
     p = Path(path)
     if not p.exists():
-        return []
-    with p.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+        return [], []
+    if p.is_dir():
+        raise LeaderboardError(f"{str(p)!r} is a folder; expected a leaderboard CSV file")
+    rows: list[dict[str, str]] = []
+    bad: list[str] = []
+    try:
+        with p.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            missing = [c for c in KEY_COLUMNS if c not in header]
+            if missing:
+                raise LeaderboardError(
+                    f"{str(p)!r}: not a leaderboard (missing columns {missing}); choose another "
+                    "file or folder, or move the file away"
+                )
+            for row in reader:
+                fault = _row_fault(row, len(header))
+                if fault:
+                    bad.append(f"{p}: line {reader.line_num}: {fault}")
+                else:
+                    rows.append(row)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise LeaderboardError(f"{str(p)!r}: not a readable CSV file ({exc})") from None
+    return rows, bad
+
+
+def _row_fault(row: dict[Any, Any], width: int) -> str:
+    if None in row:
+        return f"{width + len(row[None])} fields, the header has {width}"
+    if any(v is None for v in row.values()):
+        have = sum(v is not None for v in row.values())
+        return f"{have} of {width} fields (a truncated row)"
+    try:
+        row_key(row)
+    except ValueError:
+        return f"seed {row['seed']!r} is not an integer"
+    return ""
+
+
+def read_rows(path: str | os.PathLike[str]) -> list[dict[str, str]]:
+    """The rows of a leaderboard file (empty when it does not exist); any malformed line is a
+    :class:`LeaderboardError`, so nothing rewrites a file it could not fully read."""
+    rows, bad = scan_rows(path)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise LeaderboardError(
+            f"{bad[0]}{more}; repair or remove the line(s), or choose another --out folder"
+        )
+    return rows
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``<file>.lock`` beside the leaderboard, held for one
+    read-merge-write; writers in other processes wait for it (released when the process
+    dies, so a killed writer never leaves it stuck)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 class Leaderboard:
-    """The rows of one leaderboard file, kept in memory and written whole after each change."""
+    """The rows of one leaderboard file, kept in memory and written whole after each change.
+
+    Several processes may write one file at once (``bench --shard 0/2`` and ``1/2`` into one
+    ``--out``): every change re-reads the file under a lock, merges, and rewrites it, so no
+    writer loses another's rows.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.rows: list[dict[str, Any]] = read_rows(self.path)
-        missing = [c for c in KEY_COLUMNS if self.rows and c not in self.rows[0]]
-        if missing:
-            raise ValueError(
-                f"{self.path}: not a leaderboard (missing columns {missing}); choose another "
-                "--out folder or move the file away"
-            )
 
     def done(
         self, digests: Mapping[str, str | None], *, with_errors: bool = True
@@ -124,11 +200,18 @@ class Leaderboard:
                 and r.get("problem_digest") == digests.get(str(r["problem"]))}
 
     def add(self, row: Mapping[str, Any]) -> None:
-        """Add or replace the row with the same key, then rewrite the file atomically."""
-        key = row_key(row)
-        self.rows = [r for r in self.rows if row_key(r) != key]
-        self.rows.append(dict(row))
-        self.write()
+        """Add or replace the row with the same key, merged into the file's current rows
+        under the lock, then rewrite the file atomically."""
+        self.merge([row])
+
+    def merge(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Replace or add ``rows`` (by key) in the file as it is now, under the lock."""
+        keys = {row_key(r) for r in rows}
+        with _locked(self.path):
+            current = read_rows(self.path)
+            self.rows = [r for r in current if row_key(r) not in keys]
+            self.rows.extend(dict(r) for r in rows)
+            self._write()
 
     def columns(self) -> list[str]:
         params = sorted({c for r in self.rows for c in r if c.startswith(PARAM_PREFIX)})
@@ -136,6 +219,11 @@ class Leaderboard:
         return [*COLUMNS, *extra, *params]
 
     def write(self) -> None:
+        """Rewrite the file from the rows in memory (e.g. after editing their columns)."""
+        with _locked(self.path):
+            self._write()
+
+    def _write(self) -> None:
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=self.columns(), lineterminator="\n")
         w.writeheader()

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .report import _ok, best_rows, paper_figure
+from .tables import best_rows, ok_rows, paper_figure
 
 __all__ = ["convergence_curve", "draw_all", "draw_convergence", "draw_gantts", "draw_speedup"]
 
@@ -127,7 +127,7 @@ def _mean_step(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray,
 
 
 def _histories(df: pd.DataFrame, lb_dir: Path) -> pd.DataFrame:
-    ok = _ok(df).copy()
+    ok = ok_rows(df).copy()
     curves = []
     for f in ok["history_file"].fillna(""):
         c = None

@@ -3,7 +3,8 @@
 Reads a leaderboard CSV (:mod:`.leaderboard`) and writes, into one folder:
 
 * ``report.md``: the best plan per problem and mode against the best GPipe-EDP and
-  1F1B-EDP plans, with the paper's headline figures beside ours (UMPIPE.md); every planner's
+  1F1B-EDP plans, with the paper's headline figures beside ours (docs/PAPER.md); every
+  planner's
   mean speedup; search cost; predicted vs measured time where plans were executed; errors;
 * ``speedup.png``, ``convergence.png``, ``gantt-<problem>.png`` (:mod:`.plots`).
 
@@ -14,92 +15,26 @@ Speedups are ``T_baseline / T - 1`` (training speed, as the paper reports it: +1
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..problem import atomic_write_text
+from .tables import (
+    GROUP,
+    PAPER,
+    REFERENCE_PLANNERS,
+    PaperFigure,
+    best_rows,
+    load_leaderboard,
+    ok_rows,
+    paper_figure,
+)
 
 __all__ = ["PAPER", "REFERENCE_PLANNERS", "PaperFigure", "best_rows", "load_leaderboard",
-           "paper_figure", "write_report"]
-
-
-@dataclass(frozen=True)
-class PaperFigure:
-    """A headline figure of UMPIPE (TPDS 2025, abstract): speedup vs GPipe and PipeDream."""
-
-    workload: str
-    vs_gpipe: float  # fraction: 0.1389 = +13.89 %
-    vs_pipedream: float
-    at_least: bool = False
-
-    def text(self, which: str) -> str:
-        v = self.vs_gpipe if which == "gpipe" else self.vs_pipedream
-        return f"{'≥ ' if self.at_least else ''}+{v:.2%}"
-
-
-#: The paper's figures (../shared/reference/UMPIPE.md), keyed by model family / source.
-PAPER: dict[str, PaperFigure] = {
-    "gpt1": PaperFigure("GPT1-14", 0.1389, 0.1109),
-    "vgg16": PaperFigure("VGG16", 0.1711, 0.0796),
-    "synthetic": PaperFigure("simulation networks", 1.70, 1.00, at_least=True),
-}
-
-
-def paper_figure(row: pd.Series | dict[str, Any]) -> PaperFigure | None:
-    """The paper's figure for a problem's workload family (model name, else source)."""
-    model = str(row.get("model") or "").lower()
-    for key in ("gpt1", "vgg16"):
-        if model.startswith(key) or str(row.get("problem", "")).lower().startswith(key):
-            return PAPER[key]
-    if str(row.get("source", "")) == "synthetic":
-        return PAPER["synthetic"]
-    return None
-
-
-def load_leaderboard(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """The leaderboard as a DataFrame (``error`` as "" when empty)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"no leaderboard at {str(path)!r}; run 'umpipe-bench bench' first (or pass --in)"
-        )
-    df = pd.read_csv(path, dtype={"error": str, "model": str, "T_measured": float,
-                                  "memory_cap": str, "caps": str, "peak_memory": str,
-                                  "memory_cap_bytes": str})
-    df["error"] = df["error"].fillna("")
-    df["model"] = df["model"].fillna("")
-    # leaderboards written before memory caps existed: every row is uncapped
-    df["memory_cap"] = df["memory_cap"].fillna("none") if "memory_cap" in df else "none"
-    if "speedup_vs_best_edp" not in df:
-        df["T_best_edp"] = df[["T_gpipe_edp", "T_1f1b_edp"]].min(axis=1)
-        df["speedup_vs_best_edp"] = df["T_best_edp"] / df["T_pred"] - 1.0
-    return df
-
-
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    return df[(df["error"] == "") & df["T_pred"].notna()]
-
-
-#: Planners whose rows are the equal-microbatch references, not contenders.
-REFERENCE_PLANNERS = ("gpipe", "1f1b")
-
-
-#: What makes one comparison: a problem, a memory mode and a memory cap.
-GROUP = ["problem", "mode", "memory_cap"]
-
-
-def best_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (problem, mode, memory cap): the contender row (not a :data:`REFERENCE_PLANNERS`
-    row) with the smallest predicted time (ties: first planner)."""
-    ok = _ok(df)
-    ok = ok[~ok["planner_name"].isin(REFERENCE_PLANNERS)]
-    if ok.empty:
-        return ok
-    idx = ok.groupby(GROUP, sort=False)["T_pred"].idxmin()
-    return ok.loc[idx.values].reset_index(drop=True)
+           "paper_figure", "write_report"]  # the first six re-exported from .tables
 
 
 def _pct(x: Any) -> str:
@@ -133,7 +68,7 @@ def _plan_text(r: pd.Series) -> str:
 def headline_table(df: pd.DataFrame, capped: bool = False) -> pd.DataFrame:
     """The markdown headline: best plan per problem and mode, the paper's figure beside it
     (uncapped rows; ``capped=True``: the rows under a memory cap, with their peaks)."""
-    ok = _ok(df)
+    ok = ok_rows(df)
     rows = []
     for _, r in best_rows(df).iterrows():
         if (r["memory_cap"] != "none") != capped:
@@ -170,7 +105,7 @@ def headline_table(df: pd.DataFrame, capped: bool = False) -> pd.DataFrame:
 def planner_table(df: pd.DataFrame) -> pd.DataFrame:
     """Mean speedup vs the best EDP that fits (GPipe or 1F1B) of every planner, per problem,
     mode and memory cap (over seeds)."""
-    ok = _ok(df)
+    ok = ok_rows(df)
     if ok.empty:
         return pd.DataFrame()
     t = ok.pivot_table(index=GROUP, columns="planner", values="speedup_vs_best_edp",
@@ -181,7 +116,7 @@ def planner_table(df: pd.DataFrame) -> pd.DataFrame:
 def cost_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per planner: cells, errors, mean evaluations and wall time, mean speedups."""
     g = df.groupby("planner", sort=False)
-    ok = _ok(df).groupby("planner", sort=False)
+    ok = ok_rows(df).groupby("planner", sort=False)
     out = pd.DataFrame({
         "cells": g.size(),
         "errors": g["error"].apply(lambda e: int((e != "").sum())),
@@ -217,14 +152,23 @@ def write_report(
     *,
     plots: bool = True,
     command: str | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Write ``report.md`` and the plots into ``out_dir`` (default: the CSV's folder).
 
-    Returns the files written.
+    Returns the files written. Malformed leaderboard lines are left out, each passed to
+    ``warn`` and counted in the report (without ``warn`` they are an error).
     """
     csv_path = Path(csv_path)
     out = Path(out_dir) if out_dir is not None else csv_path.parent
-    df = load_leaderboard(csv_path)
+    skipped: list[str] = []
+
+    def note(msg: str) -> None:
+        skipped.append(msg)
+        if warn is not None:
+            warn(msg)
+
+    df = load_leaderboard(csv_path, warn=note if warn is not None else None)
     written: list[Path] = []
     images: list[tuple[str, Path]] = []
     if plots:
@@ -242,6 +186,8 @@ def write_report(
         f"{df['planner'].nunique()} planners, {n_err} error rows; git {revs}; "
         f"{dates.min() if len(dates) else '?'} to {dates.max() if len(dates) else '?'}.",
         *([f"Made by `{command}`."] if command else []),
+        *([f"**{len(skipped)} malformed line(s) of the file were left out** (a truncated or "
+           "hand-edited row): " + "; ".join(skipped)] if skipped else []),
         "",
         "Times are the simulator's predicted iteration time (docs/MODEL.md §4). Speedup = "
         "T_baseline / T − 1 (more iterations per second), against the best equal-microbatch "

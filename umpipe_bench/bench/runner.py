@@ -23,6 +23,7 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -31,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserInputError
 from ..planners.reference import clear_cache
 from ..problem import Problem, atomic_write_text
+from ..runtime.lifetime import child_setup
 from .baselines import BaselineCache, problem_digest
 from .config import BenchConfig, Cell, planner_class
 from .leaderboard import Leaderboard, flatten_settings
@@ -58,10 +61,18 @@ class RunSummary:
     errors: int
     seconds: float
     leaderboard: Path
+    #: cells skipped as done whose row holds an error (rerun with ``retry_errors``)
+    kept_errors: int = 0
+
+    @property
+    def failed(self) -> int:
+        """Cells of this matrix whose leaderboard row is an error row."""
+        return self.errors + self.kept_errors
 
     def __str__(self) -> str:
+        kept = f", {self.kept_errors} of them error rows" if self.kept_errors else ""
         return (f"{self.total} cells: {self.ran} run ({self.errors} with errors), "
-                f"{self.skipped} already done; {self.seconds:.1f} s; leaderboard "
+                f"{self.skipped} already done{kept}; {self.seconds:.1f} s; leaderboard "
                 f"{self.leaderboard}")
 
 
@@ -230,42 +241,65 @@ def select_cells(cells: Sequence[Cell], *, limit: int | None = None,
     out = list(cells)
     if limit is not None:
         if limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {limit}")
+            raise UserInputError(f"--limit must be >= 1, got {limit}")
         out = out[:limit]
     if shard is not None:
         i, n = shard
         if not 0 <= i < n:
-            raise ValueError(f"--shard I/N needs 0 <= I < N, got {i}/{n}")
+            raise UserInputError(f"--shard I/N needs 0 <= I < N, got {i}/{n}")
         out = out[i::n]
     return out
 
 
 def _executor(jobs: int) -> ProcessPoolExecutor:
+    """A pool whose workers sit in their own process groups and die with this process
+    (:mod:`umpipe_bench.runtime.lifetime`), even when it is killed by SIGKILL."""
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
+                               initializer=child_setup(os.getpid()))
+
+
+def _kill_workers(ex: ProcessPoolExecutor) -> None:
+    """SIGKILL every worker's process group: a cell cannot be stopped any other way, and
+    ``shutdown`` would wait for the running ones. (The pool keeps its workers in the private
+    ``_processes``; Python 3.14's ``terminate_workers`` is the public form.)"""
+    for proc in list((getattr(ex, "_processes", None) or {}).values()):
+        for kill in (lambda p=proc: os.killpg(p.pid, signal.SIGKILL), proc.kill):
+            try:
+                kill()
+                break
+            except (ProcessLookupError, PermissionError, OSError):
+                continue
 
 
 def _results(cells: Sequence[Cell], out: Path, jobs: int) -> Iterable[tuple[Cell, dict]]:
-    """(cell, result) in completion order; in this process when ``jobs == 1``."""
+    """(cell, result) in completion order; in this process when ``jobs == 1``.
+
+    With ``jobs > 1``, leaving early (an interrupt, SIGTERM, an error) kills the workers and
+    their cells at once; the finished cells are already in the leaderboard.
+    """
     if jobs <= 1:
         for c in cells:
             yield c, run_cell(c, out)
         return
-    with _executor(jobs) as ex:
-        todo = list(cells)
-        running: dict[Future, Cell] = {}
-        try:
-            while todo or running:
-                while todo and len(running) < jobs:
-                    c = todo.pop(0)
-                    running[ex.submit(run_cell, c, out)] = c
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    yield running.pop(f), f.result()
-        finally:
-            for f in running:
-                f.cancel()
+    ex = _executor(jobs)
+    todo = list(cells)
+    running: dict[Future, Cell] = {}
+    finished_all = False
+    try:
+        while todo or running:
+            while todo and len(running) < jobs:
+                c = todo.pop(0)
+                running[ex.submit(run_cell, c, out)] = c
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                yield running.pop(f), f.result()
+        finished_all = True
+    finally:
+        if not finished_all:
+            _kill_workers(ex)
+        ex.shutdown(wait=True, cancel_futures=True)
 
 
 def run_matrix(
@@ -293,12 +327,14 @@ def run_matrix(
     board = Leaderboard(out / "leaderboard.csv")
     measured = MeasuredIndex.load(out / "real")
     if measured and measured.refresh(board.rows):
-        board.write()
+        board.merge(board.rows)
     problems: dict[str, Problem | Exception] = {}
     digests = {name: _problem_columns(name, problems).get("problem_digest")
                for name in dict.fromkeys(c.problem for c in cells)}
     done = board.done(digests, with_errors=not retry_errors)
     pending = [c for c in cells if c.key() not in done]
+    error_keys = done - board.done(digests, with_errors=False)
+    kept_errors = sum(c.key() in error_keys for c in cells)
     baselines = BaselineCache(out / "baselines.json")
     errors = 0
     bar = tqdm(total=len(cells), initial=len(cells) - len(pending), unit="cell",
@@ -319,4 +355,4 @@ def run_matrix(
     if not board.path.exists():
         board.write()  # an empty matrix slice still leaves a (header-only) leaderboard
     return RunSummary(len(cells), len(cells) - len(pending), len(pending), errors,
-                      time.perf_counter() - t0, board.path)
+                      time.perf_counter() - t0, board.path, kept_errors)

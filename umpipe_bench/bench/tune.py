@@ -24,16 +24,19 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from ..errors import UmpipeError
+from ..planners.base import Budget
 from ..planners.tuned import TUNED_SCHEMA
 from ..problem import atomic_write_text
 from .baselines import BaselineCache
 from .config import planner_class
 from .provenance import git_revision, timestamp, versions
+from .storage import check_storage, storage_lock
 
-__all__ = ["SEARCH_SPACE", "TUNED_SCHEMA", "TuneSpec", "evaluate_settings", "finish",
+__all__ = ["SEARCH_SPACE", "TUNED_SCHEMA", "TuneError", "TuneSpec", "check_spec",
+           "evaluate_settings", "finish",
            "open_study", "run_study", "search_space", "storage_label"]
 
 #: Ranges Optuna draws from, for every GA setting a planner declares in its ``defaults``:
@@ -71,14 +74,19 @@ class TuneSpec:
                 "fixed": json.dumps(self.fixed, sort_keys=True)}
 
 
+class TuneError(UmpipeError):
+    """A tuning run that cannot start (planner, study); the message says why."""
+
+
 def search_space(planner: str) -> dict[str, tuple[str, float, float, bool]]:
     """The part of :data:`SEARCH_SPACE` that ``planner`` has settings for."""
     defaults = getattr(planner_class(planner), "defaults", None)
     if not isinstance(defaults, dict):
-        raise ValueError(f"planner {planner!r} declares no 'defaults' settings: nothing to tune")
+        raise TuneError(f"planner {planner!r} declares no 'defaults' settings: nothing to tune "
+                        "(tune a GA planner: tidgap or dgap)")
     space = {k: v for k, v in SEARCH_SPACE.items() if k in defaults}
     if not space:
-        raise ValueError(
+        raise TuneError(
             f"planner {planner!r} has none of the tunable settings {', '.join(SEARCH_SPACE)}"
         )
     return space
@@ -133,39 +141,47 @@ def storage_label(storage: str) -> str:
         return storage.split("@")[-1]
 
 
-def _ensure_sqlite_dir(storage: str) -> None:
-    if storage.startswith("sqlite:///"):
-        path = storage.removeprefix("sqlite:///")
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+def check_spec(spec: TuneSpec) -> None:
+    """Everything a run needs that can be checked before a study is touched: the planner is
+    tunable, its budget parses, its defaults build a planner (STYLE.md habit 11)."""
+    space = search_space(spec.planner)
+    Budget.parse(spec.budget)
+    defaults = planner_class(spec.planner).defaults
+    planner_class(spec.planner)(**{**spec.fixed, **{k: defaults[k] for k in space}})
 
 
 def open_study(spec: TuneSpec, storage: str, study_name: str, seed: int | None) -> Any:
-    """Create or join the study; refuse one made for a different planner/cells/budget."""
+    """Create or join the study; refuse one made for a different planner/cells/budget.
+
+    The spec and the storage are checked first (:func:`check_spec`,
+    :func:`.storage.check_storage`), so a bad one leaves no study behind.
+    """
     import optuna
 
-    _ensure_sqlite_dir(storage)
+    check_spec(spec)
+    check_storage(storage)
     sampler = optuna.samplers.TPESampler(seed=seed)
-    study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize",
-                                sampler=sampler, load_if_exists=True)
-    mine = spec.identity()
-    theirs = {k: study.user_attrs[k] for k in mine if k in study.user_attrs}
-    if not theirs:
-        for k, v in mine.items():
-            study.set_user_attr(k, v)
-        defaults = planner_class(spec.planner).defaults
-        first = {k: defaults[k] for k in search_space(spec.planner)}
-        study.enqueue_trial(first, user_attrs={"defaults": True}, skip_if_exists=True)
-    else:
-        diff = [k for k in mine if theirs.get(k) != mine[k]]
-        if diff:
-            raise ValueError(
-                f"study {study_name!r} in {storage_label(storage)} tunes something else: "
-                + "; ".join(f"{k}: study has {theirs.get(k)!r}, this run {mine[k]!r}"
-                            for k in diff)
-                + ". Use another --study-name, or the study's settings."
-            )
-    return study
+    with storage_lock(storage):
+        study = optuna.create_study(storage=storage, study_name=study_name,
+                                    direction="maximize", sampler=sampler, load_if_exists=True)
+        mine = spec.identity()
+        theirs = {k: study.user_attrs[k] for k in mine if k in study.user_attrs}
+        if not theirs:
+            for k, v in mine.items():
+                study.set_user_attr(k, v)
+            defaults = planner_class(spec.planner).defaults
+            first = {k: defaults[k] for k in search_space(spec.planner)}
+            study.enqueue_trial(first, user_attrs={"defaults": True}, skip_if_exists=True)
+        else:
+            diff = [k for k in mine if theirs.get(k) != mine[k]]
+            if diff:
+                raise TuneError(
+                    f"study {study_name!r} in {storage_label(storage)} tunes something else: "
+                    + "; ".join(f"{k}: study has {theirs.get(k)!r}, this run {mine[k]!r}"
+                                for k in diff)
+                    + ". Use another --study-name, or the study's settings."
+                )
+        return study
 
 
 def run_study(study: Any, spec: TuneSpec, *, trials: int | None, timeout: float | None,
@@ -214,7 +230,7 @@ def finish(study: Any, spec: TuneSpec, storage: str, path: str | os.PathLike[str
 
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not done:
-        raise ValueError(f"study {study.study_name!r} has no finished trial yet")
+        raise TuneError(f"study {study.study_name!r} has no finished trial yet")
     best = study.best_trial
     defaults_trial = next((t for t in done if t.user_attrs.get("defaults")), None)
     planner_defaults = planner_class(spec.planner).defaults

@@ -52,23 +52,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a user can cause: :class:`~umpipe_bench.errors.UmpipeError`.
+
+    ``PlannerError`` and ``SimulationError`` are named too until their modules derive them
+    from it (docs/ARCHITECTURE.md, "Errors"); nothing else is: a ``KeyError`` or a plain
+    ``ValueError`` reaching here is a bug and keeps its traceback.
+    """
+    from ..errors import UmpipeError
+    from ..planners.base import PlannerError
+    from ..simulator import SimulationError
+
+    return (UmpipeError, PlannerError, SimulationError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from ..plan import PlanError
-    from ..problem import ProblemError
+    from ..runtime.lifetime import Terminated, terminate_raises
 
+    caught = user_errors()
     try:
-        return int(args.func(args) or 0)
-    except (ProblemError, PlanError, KeyError, ValueError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"umpipe-bench {args.command}: error: {msg}", file=sys.stderr)
+        with terminate_raises():  # SIGTERM/SIGHUP clean up children as Ctrl-C does
+            return int(args.func(args) or 0)
+    except caught as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"umpipe-bench {args.command}: error: {text}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `umpipe-bench problems | head`
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Terminated as exc:
+        print(f"umpipe-bench {args.command}: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(f"umpipe-bench {args.command}: interrupted", file=sys.stderr)
         return 130

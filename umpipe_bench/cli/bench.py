@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from ..errors import UserInputError
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -52,14 +55,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = builtin_config("full" if args.full else "default")
     if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+        raise UserInputError(f"--jobs must be >= 1, got {args.jobs}")
     if args.list:
         config.check_planners()
         for c in select_cells(config.cells(), limit=args.limit, shard=args.shard):
             print(f"{c.problem:<18} {c.planner:<16} {c.mode:<9} seed {c.seed:<3} {c.budget}")
         return 0
+    from ._paths import check_output_dir
+
+    check_output_dir(args.out, "--out")
     summary = run_matrix(config, args.out, limit=args.limit, shard=args.shard, jobs=args.jobs,
                          retry_errors=args.retry_errors,
                          progress=False if args.no_progress else None)
     print(summary)
+    if summary.failed:
+        print(f"umpipe-bench bench: {summary.failed} of {summary.total} cells failed (their "
+              f"rows hold the error; rerun them with --retry-errors)", file=sys.stderr)
+        return 1
     return 0

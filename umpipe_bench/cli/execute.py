@@ -3,7 +3,7 @@
 Without ``RANK``/``WORLD_SIZE`` in the environment it launches one process per stage through
 ``torchrun --standalone`` and waits for them; under an existing ``torchrun`` launch (one
 process per stage, any number of nodes) every rank runs its own stage in-process and rank 0
-prints the report (MODEL.md §5).
+prints the report (docs/MODEL.md §5).
 """
 
 from __future__ import annotations
@@ -11,9 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from typing import Any
+
+from ..errors import UserInputError
 
 __all__ = ["register", "run"]
 
@@ -71,101 +74,63 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _label(spec: str) -> str:
-    """``gpipe:4`` as written; a plan file by its stem (the leaderboard joins on it)."""
-    if os.path.exists(spec):
-        return os.path.splitext(os.path.basename(spec))[0]
-    return spec
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """RunSpec settings from the options (unset ones come from the problem's provenance)."""
+    if args.iters < 1 or args.warmup < 0:
+        raise UserInputError("--iters must be >= 1 and --warmup >= 0")
+    settings: dict[str, Any] = {"iters": args.iters, "warmup": args.warmup,
+                                "backend": args.backend, "timeout_s": args.timeout}
+    for key in ("dtype", "optimizer", "seed", "threads"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    return settings
+
+
+def _check_backend(backend: str) -> None:
+    """NCCL needs CUDA devices: refuse before launching rather than fail in every stage."""
+    if backend != "nccl":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserInputError("--backend nccl needs CUDA devices, and torch finds none on this "
+                             f"machine (torch {torch.__version__}); use --backend gloo")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..plan import parse_plan_spec
-    from ..registry import get_problem
+    """Prepare (refusing what cannot run), launch or join torchrun, print the report."""
     from ..runtime.errors import StageFailure
-    from ..runtime.job import PlannedRun, spec_for_problem
-    from ..runtime.report import format_table, summarize, write_csv
-    from ..simulator import simulate
+    from ..runtime.execution import prepare, run_execution
+    from ..runtime.report import format_table, write_csv
+    from ._lookup import problem as get_problem
+    from ._paths import check_output_dir, check_output_file, writing
 
+    check_output_file(args.csv, "--csv")
+    check_output_dir(args.run_dir, "--run-dir")
     problem = get_problem(args.problem)
-    runs: list[PlannedRun] = []
-    labels: set[str] = set()
-    for spec in [args.plan, *args.vs]:
-        plan, schedule = parse_plan_spec(spec, problem, args.mode)
-        label = _label(spec)
-        if plan.mode != "stash" and ":" in label and not os.path.exists(spec):
-            label = f"{label}:{plan.mode}"
-        base, n = label, 2
-        while label in labels:
-            label, n = f"{base}#{n}", n + 1
-        labels.add(label)
-        runs.append(PlannedRun(label, plan, schedule))
-    settings: dict[str, Any] = {
-        "iters": args.iters,
-        "warmup": args.warmup,
-        "backend": args.backend,
-        "timeout_s": args.timeout,
-    }
-    for key, val in (
-        ("dtype", args.dtype),
-        ("optimizer", args.optimizer),
-        ("seed", args.seed),
-        ("threads", args.threads),
-    ):
-        if val is not None:
-            settings[key] = val
-    if args.iters < 1 or args.warmup < 0:
-        raise ValueError("--iters must be >= 1 and --warmup >= 0")
-    spec = spec_for_problem(problem, runs, peer=not args.no_peer, **settings)
-
-    predicted: dict[str, float | None] = {}
-    kinds: dict[str, str] = {}
-    peers: dict[str, str] = {}
-    busy: dict[str, list[float]] = {}
-    for r in runs:
-        tl = simulate(problem, r.plan, r.schedule)
-        predicted[r.label] = tl.iteration_time
-        busy[r.label] = list(tl.busy)
-        kinds[r.label] = r.plan.describe()
-    for e in spec.entries:
-        if e.engine == "torch":
-            twin = next(
-                r
-                for r in runs
-                if r.schedule == e.schedule
-                and r.plan.is_edp()
-                and r.plan.mode == "stash"
-                and len(r.plan.fwd[0]) == e.M
-            )
-            predicted[e.label] = predicted[twin.label]
-            kinds[e.label] = f"EDP({e.M})"
-            for r in runs:
-                if (r.schedule, r.plan.mode, r.plan.fwd) == (e.schedule, "stash", twin.plan.fwd):
-                    peers[r.label] = e.label
-
-    in_torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if in_torchrun:
-        result = _run_in_process(spec, args)
+    ex = prepare(problem, [args.plan, *args.vs], mode=args.mode, peer=not args.no_peer,
+                 **_settings(args))
+    _check_backend(ex.spec.backend)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        result = _run_in_process(ex.spec, args)
         if result is None:
             return 0  # not rank 0: rank 0 reports
     else:
-        run_dir = args.run_dir or tempfile.mkdtemp(prefix="umpipe-execute-")
         try:
-            from ..runtime.launcher import launch
-
-            result = launch(spec, run_dir, deadline_s=args.deadline, echo=args.echo)
+            result = run_execution(ex, args.run_dir, deadline_s=args.deadline, echo=args.echo)
         except StageFailure as exc:
             print(f"umpipe-bench execute: error: {exc}", file=sys.stderr)
             return 1
-
-    rows = summarize(result, predicted, kinds=kinds, peers=peers, busy=busy)
+    rows = ex.rows(result)
     if args.csv:
-        write_csv(rows, args.csv)
+        with writing(args.csv, "--csv"):
+            write_csv(rows, args.csv)
     if args.json:
         print(json.dumps({"rows": rows, "result": result}))
         return 0
     print(
-        f"problem {problem.name} (S={problem.S}, B={problem.B}), {spec.iters} iterations per "
-        f"plan after {spec.warmup} warm-up, alternating; backend {spec.backend}, "
+        f"problem {problem.name} (S={problem.S}, B={problem.B}), {ex.spec.iters} iterations "
+        f"per plan after {ex.spec.warmup} warm-up, alternating; backend {ex.spec.backend}, "
         f"torch {result.get('torch')}"
     )
     print(format_table(rows))
@@ -183,7 +148,10 @@ def _run_in_process(spec: Any, args: argparse.Namespace) -> dict[str, Any] | Non
     spec.out_dir = args.run_dir or tempfile.mkdtemp(prefix=f"umpipe-execute-r{rank}-")
     os.makedirs(spec.out_dir, exist_ok=True)
     try:
-        return run_worker(spec, rank, world)
+        result = run_worker(spec, rank, world)
+        if not args.run_dir:
+            shutil.rmtree(spec.out_dir, ignore_errors=True)  # a failure keeps its folder
+        return result
     except BaseException as exc:
         write_failure(spec.out_dir, rank, exc)
         print(f"[umpipe] stage {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -13,13 +13,15 @@ import json
 import sys
 from typing import Any
 
+from ..errors import UserInputError
+
 
 def _parse_sets(items: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--set {item!r}: expected key=value")
+            raise UserInputError(f"--set {item!r}: expected key=value")
         out[key.strip()] = value.strip()
     return out
 
@@ -73,14 +75,17 @@ def _speedup(T_base: float | None, T: float) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     from ..memory import check_fits, format_bytes, parse_size
-    from ..registry import get_planner, get_problem
     from ..simulator import simulate
+    from ._lookup import planner_class
+    from ._lookup import problem as get_problem
+    from ._paths import check_output_file, writing
 
+    check_output_file(args.out, "--out")
     problem = get_problem(args.problem)
     if args.memory_cap is not None:
         problem = problem.with_memory_cap(parse_size(args.memory_cap))
     settings = _parse_sets(args.settings)
-    planner = get_planner(args.planner, **settings)
+    planner = planner_class(args.planner)(**settings)
     res = planner.plan(problem, mode=args.mode, budget=args.budget, seed=args.seed,
                        progress=not args.no_progress and sys.stderr.isatty())
     tl = simulate(problem, res.plan, res.schedule)
@@ -117,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
         "plan_kind": res.plan.describe(),
     }
     if args.out:
-        res.plan.save(args.out)
+        with writing(args.out, "--out"):
+            res.plan.save(args.out)
         out["out"] = args.out
     if args.json:
         out["plan"] = res.plan.to_dict()

@@ -1,6 +1,6 @@
 """``umpipe-bench profile``: measure a torch model stage by stage into a problem file.
 
-See :mod:`umpipe_bench.profiler` for what is measured and how (MODEL.md §1).
+See :mod:`umpipe_bench.profiler` for what is measured and how (docs/MODEL.md §1).
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 from typing import Any
+
+from ..errors import UserInputError
 
 __all__ = ["register", "run"]
 
@@ -28,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``profile`` sub-command."""
     p = sub.add_parser(
         "profile",
-        help="measure a torch model layer by layer into a problem file (MODEL.md §1)",
+        help="measure a torch model layer by layer into a problem file (docs/MODEL.md §1)",
         description="Profile MODEL (see problems/models: gpt1, gpt1-mini, vgg16, vgg16-mini, "
         "tiny-known, ...) at mini-batch B: per stage forward, backward, recompute+backward and "
         "optimizer step on the sizes 1, 2, 4, ..., B (warm-up, then interleaved round-robin "
@@ -101,13 +103,15 @@ def run(args: argparse.Namespace) -> int:
 
     from ..profiler.partition import parse_layers_per_stage
     from ..profiler.profile import Grouping, LinkFigures, profile_model
+    from ._paths import check_output_file, writing
 
+    check_output_file(args.out, "--out")  # before minutes of profiling, not after
     if args.batch < 1:
-        raise ValueError(f"--batch must be >= 1, got {args.batch}")
+        raise UserInputError(f"--batch must be >= 1, got {args.batch}")
     if (args.link_latency is None) != (args.link_bandwidth is None):
-        raise ValueError("give both --link-latency and --link-bandwidth, or neither")
+        raise UserInputError("give both --link-latency and --link-bandwidth, or neither")
     if args.balance_from and args.stages is None:
-        raise ValueError("--balance-from needs --stages")
+        raise UserInputError("--balance-from needs --stages")
     config: dict[str, Any] = dict(args.config)
     if args.seq is not None:
         config["seq"] = args.seq
@@ -138,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
         log=lambda msg: print(msg, file=sys.stderr),
         co_run=args.co_run,
     )
-    problem.save(out)
+    with writing(out, "--out"):
+        problem.save(out)
     prov = problem.provenance
     print(
         f"wrote {out}: {problem.name}, S={problem.S}, B={problem.B}, sizes {list(problem.sizes)}, "

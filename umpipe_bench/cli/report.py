@@ -28,12 +28,16 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from ..bench.report import write_report
+    from ._paths import check_output_dir
 
+    check_output_dir(args.out, "--out")
     command = "umpipe-bench " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["report"] else None
-    try:
-        files = write_report(args.csv, args.out, plots=not args.no_plots, command=command)
-    except FileNotFoundError as exc:
-        raise ValueError(str(exc)) from None
+
+    def warn(msg: str) -> None:
+        print(f"umpipe-bench report: warning: {msg} (left out)", file=sys.stderr)
+
+    files = write_report(args.csv, args.out, plots=not args.no_plots, command=command,
+                         warn=warn)
     for f in files:
         print(f"wrote {f}")
     return 0

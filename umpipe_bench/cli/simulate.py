@@ -9,7 +9,7 @@ import json
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
-        help="simulate one iteration of a plan (MODEL.md §4) and print T",
+        help="simulate one iteration of a plan (docs/MODEL.md §4) and print T",
         description="Simulate one training iteration of a plan on a problem with the reference "
         "list-schedule simulator. SPEC is 'gpipe:M' (EDP(M) under GPipe), '1f1b:M' (EDP(M) "
         "under 1F1B) or a plan JSON file (written by 'umpipe-bench plan --out'; a plan with "
@@ -36,10 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..memory import format_bytes, parse_size
     from ..plan import parse_plan_spec
-    from ..registry import get_problem
     from ..schedules import build_schedule, format_schedule
     from ..simulator import simulate
+    from ._lookup import problem as get_problem
+    from ._paths import check_output_file, writing
 
+    check_output_file(args.trace, "--trace")
+    check_output_file(args.gantt, "--gantt")
     problem = get_problem(args.problem)
     if args.memory_cap is not None:
         problem = problem.with_memory_cap(parse_size(args.memory_cap))
@@ -49,11 +52,14 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         from ..trace import save_chrome_trace
 
-        save_chrome_trace(tl, args.trace)
+        with writing(args.trace, "--trace"):
+            save_chrome_trace(tl, args.trace)
     if args.gantt:
         from ..trace import save_gantt
 
-        save_gantt(tl, args.gantt, [f"{problem.name} · {args.plan} · {schedule} · {plan.mode}"])
+        title = f"{problem.name} · {args.plan} · {schedule} · {plan.mode}"
+        with writing(args.gantt, "--gantt"):
+            save_gantt(tl, args.gantt, [title])
     if args.json:
         out = tl.to_dict(with_events=args.events)
         out["plan"] = plan.to_dict()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import UserInputError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     from ..bench.tune import TuneSpec
@@ -57,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.tune import TuneSpec, finish, open_study, run_study, summary_markdown
     from ..planners.tuned import tuned_path
     from ..problem import atomic_write_text
-    from ..registry import get_problem
+    from ._lookup import problem as get_problem
+    from ._paths import check_output_file, writing
 
     spec = TuneSpec(planner=args.planner, train=tuple(args.train),
                     heldout=tuple(args.heldout), modes=tuple(args.modes),
@@ -66,9 +69,12 @@ def run(args: argparse.Namespace) -> int:
         get_problem(name)  # fail early, listing the valid names
     overlap = sorted(set(spec.train) & set(spec.heldout))
     if overlap:
-        raise ValueError(f"--heldout problems must not be training problems: {overlap}")
+        raise UserInputError(f"--heldout problems must not be training problems: {overlap}")
     if args.trials < 0:
-        raise ValueError(f"--trials must be >= 0, got {args.trials}")
+        raise UserInputError(f"--trials must be >= 0, got {args.trials}")
+    if not args.no_judge:
+        check_output_file(args.save, "--save")
+        check_output_file(args.report, "--report")
     name = args.study_name or f"{spec.planner}-{spec.budget.replace(':', '')}"
     study = open_study(spec, args.storage, name, args.seed)
     if args.trials or args.timeout:
@@ -81,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     save = Path(args.save or f"results/tuned-{spec.planner}.json")
     result = finish(study, spec, args.storage, save)
     md = summary_markdown(result)
-    atomic_write_text(args.report, md)
+    with writing(args.report, "--report"):
+        atomic_write_text(args.report, md)
     print(md)
     print(f"wrote {save} and {args.report}")
     if args.install:

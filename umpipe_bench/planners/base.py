@@ -12,13 +12,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..errors import UmpipeError
 from ..plan import MODES, Plan
 from ..problem import Problem
 
 __all__ = ["Budget", "PlanResult", "Planner", "PlannerError"]
 
 
-class PlannerError(ValueError):
+class PlannerError(UmpipeError):
     """A planner was asked for something it cannot do (bad budget, problem too large...)."""
 
 

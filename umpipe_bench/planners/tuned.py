@@ -53,6 +53,17 @@ class TunedTiDGAP(Planner):
     name = "tidgap-tuned"
     base: ClassVar[str] = "tidgap"
 
+    @classmethod
+    def resume_inputs(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """The settings this planner would run with: the installed tuned ones under
+        ``settings``. The bench hashes them into the resume key, so cells rerun after
+        ``umpipe-bench tune --install`` (docs/ARCHITECTURE.md, "Bench")."""
+        try:
+            tuned = load_tuned(tuned_path(cls.base), cls.base)
+        except PlannerError:
+            return {"tuned": "unavailable"}  # the cell itself then fails, naming the file
+        return {"tuned": {**tuned, **settings}}
+
     def __init__(self, **overrides: Any) -> None:
         from ..registry import get_planner
 

@@ -35,6 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import ProfileError
+
 __all__ = [
     "CLOCKS",
     "CellStats",
@@ -95,14 +97,14 @@ def make_clock(device: torch.device, kind: str = "wall") -> Clock:
     """The clock for a device: CUDA events on ``cuda``; on CPU ``perf_counter`` (``wall``) or
     ``time.thread_time`` (``thread-cpu``, one thread only)."""
     if kind not in CLOCKS:
-        raise ValueError(f"unknown clock {kind!r}; valid clocks: {', '.join(CLOCKS)}")
+        raise ProfileError(f"unknown clock {kind!r}; valid clocks: {', '.join(CLOCKS)}")
     if device.type == "cuda":
         if kind != "wall":
-            raise ValueError("clock 'thread-cpu' is for CPU profiles; CUDA uses CUDA events")
+            raise ProfileError("clock 'thread-cpu' is for CPU profiles; CUDA uses CUDA events")
         return CudaClock(device)
     if kind == "thread-cpu":
         if torch.get_num_threads() != 1:
-            raise ValueError(
+            raise ProfileError(
                 f"clock 'thread-cpu' needs threads=1 (got {torch.get_num_threads()}): other "
                 "intra-op threads' CPU time would be missed"
             )
@@ -134,7 +136,7 @@ def _make_optimizer(params: list[nn.Parameter], name: str) -> torch.optim.Optimi
         return torch.optim.Adam(params, lr=1e-6)
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-6, momentum=0.9)
-    raise ValueError(f"unknown optimizer {name!r}; valid optimizers: adam, sgd")
+    raise ProfileError(f"unknown optimizer {name!r}; valid optimizers: adam, sgd")
 
 
 def prepare_rigs(
@@ -288,9 +290,9 @@ def measure_cells(
     switches serve the quick per-layer probe used for balancing, never a committed profile.
     """
     if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+        raise ProfileError(f"repeats must be >= 1, got {repeats}")
     if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
+        raise ProfileError(f"warmup must be >= 0, got {warmup}")
     cells: list[tuple[int, int | None]] = [
         (s, i) for i in range(len(sizes)) for s in range(len(rigs))
     ]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from ..errors import ProfileError
 from .linkfit import fit_link
 
 __all__ = ["DEFAULT_MESSAGE_BYTES", "LinkCalibration", "calibrate_link"]
@@ -154,9 +155,9 @@ def calibrate_link(
     larger messages, up to ``attempts`` times in all, and the failures are recorded.
     """
     if backend not in ("gloo", "nccl"):
-        raise ValueError(f"link backend must be 'gloo' or 'nccl', got {backend!r}")
+        raise ProfileError(f"link backend must be 'gloo' or 'nccl', got {backend!r}")
     if round_trips < 1:
-        raise ValueError(f"round_trips must be >= 1, got {round_trips}")
+        raise ProfileError(f"round_trips must be >= 1, got {round_trips}")
     messages = tuple(int(b) for b in message_bytes)
     failures: list[str] = []
     for attempt in range(attempts):
@@ -182,4 +183,4 @@ def calibrate_link(
             round_trips=round_trips,
             details={"threads_per_process": threads, "backend": backend, "failed": failures},
         )
-    raise ValueError("link calibration failed; " + "; ".join(failures))
+    raise ProfileError("link calibration failed; " + "; ".join(failures))

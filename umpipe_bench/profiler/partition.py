@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ..errors import ProfileError
+
 __all__ = [
     "balanced_partition",
     "bottleneck",
@@ -28,7 +30,7 @@ __all__ = [
 def size_grid(B: int) -> tuple[int, ...]:
     """The sizes a profile measures: 1, 2, 4, ... below ``B``, plus ``B`` (MODEL.md §1)."""
     if isinstance(B, bool) or not isinstance(B, int) or B < 1:
-        raise ValueError(f"batch size B must be a positive int, got {B!r}")
+        raise ProfileError(f"batch size B must be a positive int, got {B!r}")
     sizes = []
     m = 1
     while m < B:
@@ -41,7 +43,7 @@ def size_grid(B: int) -> tuple[int, ...]:
 def one_per_stage(n_layers: int) -> tuple[int, ...]:
     """Every layer on its own stage."""
     if n_layers < 1:
-        raise ValueError(f"a model needs at least one layer, got {n_layers}")
+        raise ProfileError(f"a model needs at least one layer, got {n_layers}")
     return (1,) * n_layers
 
 
@@ -49,12 +51,13 @@ def check_layers_per_stage(layers_per_stage: Sequence[int], n_layers: int) -> tu
     """Validate a grouping against a model of ``n_layers`` layers; errors name the stage."""
     lps = tuple(layers_per_stage)
     if not lps:
-        raise ValueError("layers_per_stage is empty; expected one positive count per stage")
+        raise ProfileError("layers_per_stage is empty; expected one positive count per stage")
     for s, k in enumerate(lps):
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"layers_per_stage: stage {s} has {k!r} layers; expected an int >= 1")
+            raise ProfileError(
+                f"layers_per_stage: stage {s} has {k!r} layers; expected an int >= 1")
     if sum(lps) != n_layers:
-        raise ValueError(
+        raise ProfileError(
             f"layers_per_stage {','.join(map(str, lps))} covers {sum(lps)} layers; "
             f"the model has {n_layers}"
         )
@@ -69,7 +72,7 @@ def parse_layers_per_stage(text: str, n_layers: int | None = None) -> tuple[int,
         try:
             counts.append(int(p))
         except ValueError:
-            raise ValueError(
+            raise ProfileError(
                 f"layers_per_stage {text!r}: stage {s} count {p!r} is not an integer"
             ) from None
     if n_layers is None:
@@ -106,12 +109,12 @@ def balanced_partition(costs: Sequence[float], S: int) -> tuple[int, ...]:
     """
     n = len(costs)
     if isinstance(S, bool) or not isinstance(S, int) or S < 1:
-        raise ValueError(f"number of stages must be a positive int, got {S!r}")
+        raise ProfileError(f"number of stages must be a positive int, got {S!r}")
     if S > n:
-        raise ValueError(f"cannot split {n} layers into {S} non-empty stages")
+        raise ProfileError(f"cannot split {n} layers into {S} non-empty stages")
     for i, c in enumerate(costs):
         if not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0:
-            raise ValueError(f"layer {i} cost must be a finite number >= 0, got {c!r}")
+            raise ProfileError(f"layer {i} cost must be a finite number >= 0, got {c!r}")
     P = [0.0]
     for c in costs:
         P.append(P[-1] + float(c))

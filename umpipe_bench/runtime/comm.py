@@ -1,4 +1,4 @@
-"""Checked point-to-point transfers between neighbouring stages (MODEL.md §5).
+"""Checked point-to-point transfers between neighbouring stages (docs/MODEL.md §5).
 
 Every tensor travels as two messages: a fixed-size int64 header (magic, kind, producer
 microbatch index, sample range, dtype, shape) and the payload, on two tags. Both sides know
@@ -222,7 +222,7 @@ class Prefetcher:
     The consumer's schedule fixes which producer microbatches arrive and in what order, so a
     thread can post each receive (header and payload) as soon as the previous one is done:
     transfers then overlap the consumer's compute, as the model assumes (sends are async,
-    MODEL.md §4), instead of starting only when the consumer asks. Errors (a shape mismatch, a
+    docs/MODEL.md §4), instead of starting only when the consumer asks. Errors (a shape mismatch, a
     lost peer) are handed to the consumer when it reaches that microbatch. gloo only: NCCL
     wants every rank to issue its operations from one thread in a consistent order.
     """

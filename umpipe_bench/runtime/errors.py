@@ -1,6 +1,9 @@
-"""Errors of the runtime: every one names the stage (and microbatch) it concerns (MODEL.md §5)."""
+"""Errors of the runtime: each names the stage (and microbatch) it concerns (docs/MODEL.md §5).
+"""
 
 from __future__ import annotations
+
+from ..errors import UmpipeError
 
 __all__ = [
     "PeerLostError",
@@ -16,7 +19,7 @@ class RuntimeFailure(RuntimeError):
     """Base class of the runtime's errors."""
 
 
-class PlanRefused(RuntimeFailure, ValueError):
+class PlanRefused(RuntimeFailure, UmpipeError):
     """A plan (or problem) that cannot be executed, refused before any process is launched."""
 
 
@@ -24,7 +27,7 @@ class ShapeMismatchError(RuntimeFailure):
     """A received tensor's header disagrees with what the plan says must arrive.
 
     Raised by the receiving stage before the payload is received, so gloo never half-fills or
-    overruns a buffer (MODEL.md §5).
+    overruns a buffer (docs/MODEL.md §5).
     """
 
     def __init__(self, stage: int, what: str, expected: str, got: str) -> None:

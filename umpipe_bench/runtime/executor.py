@@ -1,4 +1,4 @@
-"""Run one stage's operation list for one iteration (MODEL.md §3, §5).
+"""Run one stage's operation list for one iteration (docs/MODEL.md §3, §5).
 
 The executor does exactly what the list says, in order:
 
@@ -28,7 +28,7 @@ from torch import nn
 from .comm import KIND_ACT, KIND_GRAD, Channel, Prefetcher
 from .rechunk import ChunkStream, SampleBuffer
 
-__all__ = ["IterStats", "StageContext", "run_ops"]
+__all__ = ["IterStats", "StageContext", "StageRunner", "run_ops"]
 
 
 @dataclass
@@ -80,6 +80,177 @@ def _ranges(sizes: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
+class StageRunner:
+    """One stage's iteration as named steps, as torch's ``PipelineStage`` keeps
+    ``forward_one_chunk`` and ``backward_one_chunk`` (STYLE.md habit 12).
+
+    Built per iteration: it opens the incoming streams (activations from upstream in
+    ``P[s-1]``'s sizes, gradients from downstream in ``Q[s+1]``'s), then :meth:`run` executes
+    an op list (docs/MODEL.md §3) through :meth:`forward_one_chunk` and
+    :meth:`backward_one_chunk`, and :meth:`finish` waits for the last transfers. Time blocked
+    in receives is counted in :attr:`wait_s`, compute time in :attr:`busy_s`.
+    """
+
+    def __init__(
+        self,
+        ctx: StageContext,
+        mode: str,
+        fwd_sizes: Sequence[int],
+        up_sizes: Sequence[int] | None,
+        down_sizes: Sequence[int] | None,
+    ) -> None:
+        self.ctx = ctx
+        self.mode = mode
+        self.fwd_ranges = _ranges(fwd_sizes)
+        self.wait_s = 0.0
+        self.busy_s = 0.0
+        self.loss_total = 0.0
+        self.current = ""  # the op running now, named in receive errors
+        self.stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.saved_inputs = SampleBuffer()
+        self._prefetchers: list[Prefetcher] = []
+        self.acts: ChunkStream | None = None
+        self.grads: ChunkStream | None = None
+        if not ctx.first:
+            assert ctx.prev is not None and up_sizes is not None
+            self.acts = self._stream(ctx.prev, KIND_ACT, up_sizes, ctx.in_tail, ctx.in_dtype)
+        if not ctx.last:
+            assert ctx.next is not None and down_sizes is not None
+            self.grads = self._stream(ctx.next, KIND_GRAD, down_sizes, ctx.out_tail,
+                                      ctx.out_dtype)
+
+    # ------------------------------------------------------------------ receiving
+    def _stream(self, ch: Channel, kind: int, sizes: Sequence[int], tail: tuple[int, ...],
+                dt: torch.dtype | None) -> ChunkStream:
+        """A re-chunking stream over one incoming direction (prefetched on gloo)."""
+        if self.ctx.prefetch:
+            pf = Prefetcher(ch, kind, _ranges(sizes), tail, dt)
+            self._prefetchers.append(pf)
+
+            def fetch(k: int, a: int, b: int) -> torch.Tensor:
+                return pf.get(k, a, b, context=f"for {self.current}")
+        else:
+            def fetch(k: int, a: int, b: int) -> torch.Tensor:
+                return ch.recv(kind, k, a, b, tail, dt, context=f"for {self.current}")
+
+        def timed(k: int, a: int, b: int) -> torch.Tensor:
+            t = time.perf_counter()
+            try:
+                return fetch(k, a, b)
+            finally:
+                self.wait_s += time.perf_counter() - t
+
+        return ChunkStream(sizes, timed)
+
+    def _stage_input(self, a: int, b: int) -> torch.Tensor:
+        if self.ctx.first:
+            assert self.ctx.inputs is not None
+            return self.ctx.inputs[a:b]
+        assert self.acts is not None
+        return self.acts.take(a, b)
+
+    def _leaf(self, x: torch.Tensor) -> torch.Tensor:
+        """A fresh leaf, so ``x.grad`` is this microbatch's input gradient."""
+        x = x.detach()
+        if not self.ctx.first and x.is_floating_point():
+            x.requires_grad_(True)
+        return x
+
+    def _loss(self, y: torch.Tensor, a: int, b: int) -> torch.Tensor:
+        """Sum of per-sample losses / B, so gradients do not depend on the plan (§5)."""
+        assert self.ctx.targets is not None
+        return self.ctx.loss_fn(y, self.ctx.targets[a:b]) / self.ctx.B
+
+    # ------------------------------------------------------------------ the two steps
+    def forward_one_chunk(self, j: int, a: int, b: int) -> None:
+        """``F(j)`` over samples ``[a, b)``: input, stage, send (last stage: the loss)."""
+        ctx = self.ctx
+        x = self._stage_input(a, b)
+        if self.mode == "stash":
+            xin = self._leaf(x)
+            y = ctx.module(xin)
+            if ctx.last:
+                y = self._loss(y, a, b)
+                self.loss_total += float(y.detach())
+            self.stash[j] = (xin, y)
+        else:
+            if not ctx.first:
+                self.saved_inputs.append(x)
+            with torch.no_grad():
+                y = ctx.module(x)
+                if ctx.last:
+                    self.loss_total += float(self._loss(y, a, b))
+        if not ctx.last:
+            assert ctx.next is not None
+            ctx.next.send(y, KIND_ACT, j, a, b, expect=(ctx.out_tail, ctx.out_dtype))
+
+    def backward_one_chunk(self, j: int, a: int, b: int) -> None:
+        """``B(j)`` over ``[a, b)``: output gradient, back-propagation (recompute mode: the
+        forward again on the kept inputs first), input gradient upstream."""
+        ctx = self.ctx
+        if self.mode == "stash":
+            if self.fwd_ranges[j] != (a, b):
+                raise RuntimeError(
+                    f"stage {ctx.stage}: stash mode backward B{j} over [{a}, {b}) does not "
+                    f"match forward microbatch {j} over {list(self.fwd_ranges[j])} "
+                    "(needs Q == P)"
+                )
+            xin, y = self.stash.pop(j)
+        else:
+            src = (ctx.inputs[a:b] if ctx.first and ctx.inputs is not None
+                   else self.saved_inputs.take(a, b))
+            xin = self._leaf(src)
+            y = ctx.module(xin)
+            if ctx.last:
+                y = self._loss(y, a, b)
+        if ctx.last:
+            y.backward()  # y is this microbatch's loss / B
+        else:
+            assert self.grads is not None
+            torch.autograd.backward(y, self.grads.take(a, b))
+        del y
+        if not ctx.first:
+            assert ctx.prev is not None
+            g = xin.grad if xin.grad is not None else torch.zeros_like(xin)
+            ctx.prev.send(g, KIND_GRAD, j, a, b, expect=(ctx.in_tail, ctx.in_dtype))
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, ops: Sequence[Sequence[Any]]) -> IterStats:
+        """Execute ``ops`` (items ``(kind, index, start, stop)``) in order, then finish."""
+        ctx = self.ctx
+        steps = {"F": self.forward_one_chunk, "B": self.backward_one_chunk}
+        for item in ops:
+            kind, j, a, b = str(item[0]), int(item[1]), int(item[2]), int(item[3])
+            self.current = f"{ctx.stage}{kind}{j} (samples [{a}, {b}))"
+            if ctx.before_op is not None:
+                ctx.before_op(ctx.op_counter)
+            ctx.op_counter += 1
+            step = steps.get(kind)
+            if step is None:
+                raise ValueError(f"stage {ctx.stage}: unknown op kind {kind!r} in {self.current}")
+            t0, w0 = time.perf_counter(), self.wait_s
+            step(j, a, b)
+            self.busy_s += time.perf_counter() - t0 - (self.wait_s - w0)
+        return self.finish()
+
+    def finish(self) -> IterStats:
+        """Check every stashed forward ran backward, wait for the last transfers."""
+        ctx = self.ctx
+        if self.stash:
+            raise RuntimeError(
+                f"stage {ctx.stage}: forward microbatches {sorted(self.stash)} never ran backward"
+            )
+        t = time.perf_counter()
+        for pf in self._prefetchers:
+            pf.join()
+        for ch in (ctx.prev, ctx.next):
+            if ch is not None:
+                ch.wait()
+        self.wait_s += time.perf_counter() - t
+        return IterStats(loss=self.loss_total if ctx.last else None, compute_s=self.busy_s,
+                         wait_s=self.wait_s)
+
+
 def run_ops(
     ctx: StageContext,
     ops: Sequence[Sequence[Any]],
@@ -88,148 +259,10 @@ def run_ops(
     up_sizes: Sequence[int] | None,
     down_sizes: Sequence[int] | None,
 ) -> IterStats:
-    """Execute ``ops`` (items ``(kind, index, start, stop)``) for this stage, one iteration.
+    """Execute ``ops`` for this stage, one iteration (a :class:`StageRunner`).
 
     ``fwd_sizes`` is this stage's forward partition ``P[s]``; ``up_sizes`` the upstream
     stage's forward partition ``P[s-1]`` (how activations arrive); ``down_sizes`` the
     downstream stage's backward partition ``Q[s+1]`` (how gradients arrive).
     """
-    s, B = ctx.stage, ctx.B
-    wait = [0.0]
-
-    def timed(
-        fn: Callable[[int, int, int], torch.Tensor],
-    ) -> Callable[[int, int, int], torch.Tensor]:
-        def inner(k: int, a: int, b: int) -> torch.Tensor:
-            t = time.perf_counter()
-            try:
-                return fn(k, a, b)
-            finally:
-                wait[0] += time.perf_counter() - t
-
-        return inner
-
-    current = [""]
-    prefetchers: list[Prefetcher] = []
-
-    def source(
-        ch: Channel, kind: int, sizes: Sequence[int], tail: tuple[int, ...], dt: torch.dtype | None
-    ) -> ChunkStream:
-        if ctx.prefetch:
-            pf = Prefetcher(ch, kind, _ranges(sizes), tail, dt)
-            prefetchers.append(pf)
-            return ChunkStream(
-                sizes, timed(lambda k, a, b: pf.get(k, a, b, context=f"for {current[0]}"))
-            )
-        return ChunkStream(
-            sizes,
-            timed(lambda k, a, b: ch.recv(kind, k, a, b, tail, dt, context=f"for {current[0]}")),
-        )
-
-    acts: ChunkStream | None = None
-    grads: ChunkStream | None = None
-    if not ctx.first:
-        assert ctx.prev is not None and up_sizes is not None
-        acts = source(ctx.prev, KIND_ACT, up_sizes, ctx.in_tail, ctx.in_dtype)
-    if not ctx.last:
-        assert ctx.next is not None and down_sizes is not None
-        grads = source(ctx.next, KIND_GRAD, down_sizes, ctx.out_tail, ctx.out_dtype)
-
-    fwd_ranges = _ranges(fwd_sizes)
-    stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    saved_inputs = SampleBuffer()
-    loss_total = 0.0
-    busy = 0.0
-
-    def stage_input(a: int, b: int) -> torch.Tensor:
-        if ctx.first:
-            assert ctx.inputs is not None
-            return ctx.inputs[a:b]
-        assert acts is not None
-        return acts.take(a, b)
-
-    def leaf(x: torch.Tensor) -> torch.Tensor:
-        # a fresh leaf, so x.grad is this microbatch's input gradient
-        x = x.detach()
-        if not ctx.first and x.is_floating_point():
-            x.requires_grad_(True)
-        return x
-
-    def loss_of(y: torch.Tensor, a: int, b: int) -> torch.Tensor:
-        assert ctx.targets is not None
-        return ctx.loss_fn(y, ctx.targets[a:b]) / B
-
-    def backward_from(y: torch.Tensor, a: int, b: int) -> None:
-        if ctx.last:
-            y.backward()  # y is this microbatch's loss / B
-        else:
-            assert grads is not None
-            torch.autograd.backward(y, grads.take(a, b))
-
-    def send_input_grad(x: torch.Tensor, j: int, a: int, b: int) -> None:
-        if ctx.first:
-            return
-        assert ctx.prev is not None
-        g = x.grad if x.grad is not None else torch.zeros_like(x)
-        ctx.prev.send(g, KIND_GRAD, j, a, b, expect=(ctx.in_tail, ctx.in_dtype))
-
-    for item in ops:
-        kind, j, a, b = str(item[0]), int(item[1]), int(item[2]), int(item[3])
-        current[0] = f"{s}{kind}{j} (samples [{a}, {b}))"
-        if ctx.before_op is not None:
-            ctx.before_op(ctx.op_counter)
-        ctx.op_counter += 1
-        t0 = time.perf_counter()
-        w0 = wait[0]
-        if kind == "F":
-            x = stage_input(a, b)
-            if mode == "stash":
-                xin = leaf(x)
-                y = ctx.module(xin)
-                if ctx.last:
-                    y = loss_of(y, a, b)
-                    loss_total += float(y.detach())
-                stash[j] = (xin, y)
-            else:
-                if not ctx.first:
-                    saved_inputs.append(x)
-                with torch.no_grad():
-                    y = ctx.module(x)
-                    if ctx.last:
-                        loss_total += float(loss_of(y, a, b))
-            if not ctx.last:
-                assert ctx.next is not None
-                ctx.next.send(y, KIND_ACT, j, a, b, expect=(ctx.out_tail, ctx.out_dtype))
-        elif kind == "B":
-            if mode == "stash":
-                if fwd_ranges[j] != (a, b):
-                    raise RuntimeError(
-                        f"stage {s}: stash mode backward {kind}{j} over [{a}, {b}) does not match "
-                        f"forward microbatch {j} over {list(fwd_ranges[j])} (needs Q == P)"
-                    )
-                xin, y = stash.pop(j)
-            else:
-                xin = leaf(
-                    ctx.inputs[a:b]
-                    if ctx.first and ctx.inputs is not None
-                    else saved_inputs.take(a, b)
-                )
-                y = ctx.module(xin)
-                if ctx.last:
-                    y = loss_of(y, a, b)
-            backward_from(y, a, b)
-            del y
-            send_input_grad(xin, j, a, b)
-        else:
-            raise ValueError(f"stage {s}: unknown op kind {kind!r} in {current[0]}")
-        busy += time.perf_counter() - t0 - (wait[0] - w0)
-    if stash:
-        raise RuntimeError(f"stage {s}: forward microbatches {sorted(stash)} never ran backward")
-    t = time.perf_counter()
-    for pf in prefetchers:
-        pf.join()
-    for ch in (ctx.prev, ctx.next):
-        if ch is not None:
-            ch.wait()
-    wait[0] += time.perf_counter() - t
-    return IterStats(loss=loss_total if ctx.last else None, compute_s=busy, wait_s=wait[0])
+    return StageRunner(ctx, mode, fwd_sizes, up_sizes, down_sizes).run(ops)

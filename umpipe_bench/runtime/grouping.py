@@ -1,4 +1,4 @@
-"""Which model layers each stage holds, from a problem's provenance (MODEL.md §1).
+"""Which model layers each stage holds, from a problem's provenance (docs/MODEL.md §1).
 
 Pure Python (no torch), so the launcher can check a problem before any worker starts.
 """

@@ -1,4 +1,6 @@
-"""Turn a problem and plans into a :class:`RunSpec`, refusing what cannot run (MODEL.md §2, §5).
+"""Turn a problem and plans into a :class:`RunSpec`, refusing what cannot run.
+
+docs/MODEL.md §2 (plans) and §5 (the runtime contract).
 
 Everything that can be checked without launching is checked here: the problem can be rebuilt
 (profiled, with a model and layer grouping), every plan has the problem's stage count and
@@ -57,7 +59,8 @@ def make_entries(
     """Our entries in order, then (``peer``) one torch.pipelining entry per distinct EDP plan.
 
     A peer entry exists for stash-mode EDP(M) plans under ``gpipe``/``1f1b`` with ``M``
-    dividing ``B`` (torch reuses first-microbatch-sized buffers, pytorch#126600).
+    dividing ``B`` (torch reuses first-microbatch-sized buffers, pytorch#126600); its
+    ``twins`` name our entries that run the same plan. This is the one place that rule lives.
     """
     entries: list[Entry] = []
     peers: list[Entry] = []
@@ -82,18 +85,19 @@ def make_entries(
         M = len(p.fwd[0])
         if peer and p.is_edp() and p.mode == "stash" and B % M == 0 and S > 1:
             label = f"torch:{run.schedule}:{M}"
-            if all(e.label != label for e in peers):
-                peers.append(
-                    Entry(
-                        label=label,
-                        engine="torch",
-                        schedule=run.schedule,
-                        mode="stash",
-                        fwd=[list(x) for x in p.fwd],
-                        bwd=[list(x) for x in p.bwd],
-                        M=M,
-                    )
+            twin = next((e for e in peers if e.label == label), None)
+            if twin is None:
+                twin = Entry(
+                    label=label,
+                    engine="torch",
+                    schedule=run.schedule,
+                    mode="stash",
+                    fwd=[list(x) for x in p.fwd],
+                    bwd=[list(x) for x in p.bwd],
+                    M=M,
                 )
+                peers.append(twin)
+            twin.twins.append(run.label)
     return entries + peers
 
 

@@ -1,4 +1,4 @@
-"""Launch one process per stage with ``torchrun`` and watch it (MODEL.md §5).
+"""Launch one process per stage with ``torchrun`` and watch it (docs/MODEL.md §5).
 
 Process launching is torch's job (``torch.distributed.run --standalone``: a free port, one
 worker per stage, a failed worker stops the others). This module adds what a benchmark needs
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import RunTimeout, StageFailure
+from .lifetime import child_setup
 from .spec import RunSpec
 
 __all__ = ["RUN_ID_ENV", "launch", "run_processes", "sweep"]
@@ -151,7 +152,7 @@ def launch(
         "--max-restarts=0",
         "--monitor-interval=0.1",
         "-m",
-        "umpipe_bench.runtime.worker",
+        "umpipe_bench.runtime.stage_main",
         "--spec",
         str(spec_path),
     ]
@@ -164,7 +165,8 @@ def launch(
                 stderr=subprocess.STDOUT if not echo else None,
                 env=env,
                 cwd=str(_REPO_ROOT),
-                start_new_session=True,
+                start_new_session=True,  # own group: os.killpg reaches torchrun's workers
+                preexec_fn=child_setup(os.getpid(), new_group=False),
             )
             try:
                 rc = proc.wait(timeout=deadline_s)

@@ -4,7 +4,7 @@ torch's ``ScheduleGPipe`` / ``Schedule1F1B`` split the batch with ``tensor_split
 equal microbatches, i.e. EDP(M) in stash mode, on the very same stage modules we execute.
 Their receive buffers are sized by the first microbatch (pytorch#126600), so only ``M`` that
 divide ``B`` are run here. The loss is ``sum / B`` with ``scale_grads=False``, the same
-gradient as ours (MODEL.md §5).
+gradient as ours (docs/MODEL.md §5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Re-chunking a stream of producer microbatches into the consumer's sizes (MODEL.md §2, §5).
+"""Re-chunking a stream of producer microbatches into the consumer's sizes (docs/MODEL.md §2, §5).
 
 Samples flow in index order in both directions, so a consumer always asks for the next
 contiguous sample range: it concatenates whole producer chunks and slices at most one of them.
@@ -60,7 +60,7 @@ class ChunkStream:
 
     ``receive(k, start, stop)`` returns producer microbatch ``k`` (samples ``[start, stop)``,
     sizes from the producer's partition); it is called only when a requested range needs it,
-    so a consumer waits for exactly the last producer microbatch it needs (MODEL.md §4).
+    so a consumer waits for exactly the last producer microbatch it needs (docs/MODEL.md §4).
     """
 
     def __init__(

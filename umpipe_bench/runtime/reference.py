@@ -1,4 +1,4 @@
-"""Single-process full-batch reference gradients, the runtime's correctness bar (MODEL.md §5).
+"""Single-process full-batch reference gradients, the runtime's correctness bar (docs/MODEL.md §5).
 
 After one iteration of any plan, schedule and memory mode, every parameter's gradient on every
 stage must equal the gradient of ``sum of per-sample losses / B`` computed here in one process

@@ -1,4 +1,4 @@
-"""Rows of a measured run: measured vs predicted time, speedups, peer ratio (MODEL.md §5).
+"""Rows of a measured run: measured vs predicted time, speedups, peer ratio (docs/MODEL.md §5).
 
 Plans were timed alternately (``A B A B ...``), so iteration ``i`` of every entry ran in the
 same round under the same machine load. Ratios are therefore taken per round and their median

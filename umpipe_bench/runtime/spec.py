@@ -1,4 +1,4 @@
-"""The job a launch runs: stages to build, entries (plans) to time, settings (MODEL.md §5).
+"""The job a launch runs: stages to build, entries (plans) to time, settings (docs/MODEL.md §5).
 
 A :class:`RunSpec` is plain data (JSON) so that the launcher can hand it to ``torchrun``
 workers, and so that a worker needs neither the problem file nor the core's schedule builder:
@@ -13,10 +13,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENGINES", "Entry", "RunSpec"]
+__all__ = ["BACKENDS", "DTYPE_NAMES", "ENGINES", "OPTIMIZERS", "Entry", "RunSpec"]
 
 #: "umpipe": our executor runs ``ops``; "torch": torch.distributed.pipelining runs EDP(M).
 ENGINES = ("umpipe", "torch")
+#: What a spec may name; checked when the spec is built, before any process starts
+#: (``stages.DTYPES`` maps the dtype names to torch dtypes; a test keeps them equal).
+DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
+OPTIMIZERS = ("none", "sgd", "adam", "adamw")
+BACKENDS = ("gloo", "nccl")
 
 
 @dataclass
@@ -24,7 +29,7 @@ class Entry:
     """One thing to time: a plan under a schedule, run by one engine.
 
     ``ops[s]`` is stage ``s``'s operation list as ``[kind, index, start, stop]`` items, exactly
-    as :func:`umpipe_bench.schedules.build_schedule` produced it (MODEL.md §3). For the torch
+    as :func:`umpipe_bench.schedules.build_schedule` produced it (docs/MODEL.md §3). For the torch
     engine ``ops`` is empty and ``M`` is the number of equal microbatches.
     """
 
@@ -36,6 +41,8 @@ class Entry:
     bwd: list[list[int]]
     ops: list[list[list[Any]]] = field(default_factory=list)
     M: int | None = None
+    #: torch engine only: the labels of our entries that run the same plan (its peers)
+    twins: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -65,6 +72,18 @@ class RunSpec:
     dump_grads: bool = False
     prefetch: bool = True
     problem: str = ""
+
+    def __post_init__(self) -> None:
+        """Refuse names no worker could use (STYLE.md habit 11: fail before launching)."""
+        from .errors import PlanRefused
+
+        for name, value, valid in (("dtype", self.dtype.lower().removeprefix("torch."),
+                                    DTYPE_NAMES),
+                                   ("optimizer", self.optimizer.lower(), OPTIMIZERS),
+                                   ("backend", self.backend, BACKENDS)):
+            if value not in valid:
+                raise PlanRefused(f"{name} {getattr(self, name)!r}: expected one of "
+                                  f"{', '.join(valid)}")
 
     @property
     def S(self) -> int:

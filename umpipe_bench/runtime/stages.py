@@ -1,4 +1,4 @@
-"""Rebuild a problem's stages from its model definition and layer grouping (MODEL.md §1, §5).
+"""Rebuild a problem's stages from its model definition and layer grouping (docs/MODEL.md §1, §5).
 
 A profiled problem's ``provenance`` records ``model``, ``config`` and ``layers_per_stage``;
 building the model with the same ``seed`` and ``dtype`` on every rank gives every stage the

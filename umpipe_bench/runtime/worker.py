@@ -1,4 +1,6 @@
-"""One stage's process: ``python -m umpipe_bench.runtime.worker --spec run.json`` (MODEL.md §5).
+"""One stage's process: ``python -m umpipe_bench.runtime.worker --spec run.json``.
+
+The runtime contract is docs/MODEL.md §5.
 
 Launched by ``torchrun`` (one process per stage, rank = stage) or called in-process by
 ``umpipe-bench execute`` when it already runs under ``torchrun``. It builds its stage, checks

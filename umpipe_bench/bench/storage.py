@@ -1,0 +1,79 @@
+"""Optuna storage URLs for ``umpipe-bench tune``, checked before a study is opened.
+
+A URL SQLAlchemy cannot parse, a database kind it does not know, a driver that is not
+installed, or an SQLite file whose folder does not exist is a :class:`StorageError` (one line,
+exit code 2; docs/ARCHITECTURE.md, "Errors") instead of a traceback from deep inside
+SQLAlchemy, and nothing is created on the way (no folder, no half-made study).
+
+Several ``tune`` processes may open one new SQLite file at once: :func:`storage_lock` holds
+an ``flock`` on ``<file>.lock`` while Optuna creates its tables and the study, so they never
+race on ``CREATE TABLE`` (a server database serializes that itself).
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import UmpipeError
+
+__all__ = ["StorageError", "check_storage", "sqlite_path", "storage_lock"]
+
+
+class StorageError(UmpipeError):
+    """A ``--storage`` URL that cannot be used; the message says why and what to do."""
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of an SQLite URL (None for other databases and ``:memory:``)."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    return Path(u.database)
+
+
+def check_storage(url: str) -> None:
+    """Fail now, naming the reason, if Optuna could not open ``url``."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    where = f"--storage {url!r}"
+    try:
+        u = make_url(url)
+    except ArgumentError:
+        raise StorageError(f"{where}: not a database URL; expected e.g. "
+                           "sqlite:///results/tuning.db or postgresql://user@host/db") from None
+    try:
+        dialect = u.get_dialect()
+    except ArgumentError:
+        raise StorageError(f"{where}: SQLAlchemy knows no database kind "
+                           f"{u.drivername!r} (sqlite, postgresql, mysql, ...)") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        module = getattr(exc, "name", None) or u.get_driver_name()
+        raise StorageError(f"{where}: the {u.get_backend_name()} driver {module!r} is not "
+                           f"installed (pip install {module})") from None
+    path = sqlite_path(url)
+    if path is not None and not path.absolute().parent.is_dir():
+        raise StorageError(f"{where}: folder {str(path.parent)!r} does not exist; create it "
+                           "or choose another file")
+
+
+@contextmanager
+def storage_lock(url: str) -> Iterator[None]:
+    """Serialize opening an SQLite storage among processes; no-op for other databases."""
+    path = sqlite_path(url)
+    if path is None:
+        yield
+        return
+    with open(path.with_name(path.name + ".lock"), "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

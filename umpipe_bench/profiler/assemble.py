@@ -1,0 +1,203 @@
+"""Measurements -> :class:`Problem`: the stages' cost tables, the boundary links and the
+provenance that says how every figure was taken (docs/MODEL.md §1).
+
+Three named steps (:func:`stage_costs`, :func:`boundary_links`, :func:`provenance`) joined by
+:func:`assemble`; :mod:`.profile` runs the measurements that feed them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..problem import Link, Problem, StageCosts, StageMemory
+from .engine import Measurements
+from .link import LinkCalibration
+
+__all__ = ["HOW", "ProfileSettings", "assemble", "boundary_links", "provenance", "stage_costs"]
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """How a profile was taken (recorded in the problem's provenance)."""
+
+    device: str
+    threads: int
+    repeats: int
+    warmup: int
+    optimizer: str
+    dtype: str
+    seed: int
+    clock: str
+    co_runner: str | None
+    grouping: str
+    balance: str | None
+    profile_seconds: float
+
+
+#: How each figure is measured, by field (the provenance's ``how``; clock added per profile).
+HOW: dict[str, str] = {
+    "fwd": "median over rounds of the stage forward with autograd recording "
+    "(last stage: + loss / B)",
+    "bwd": "median of the backward that directly follows that forward (activations "
+    "kept), from the output gradient to the stage input",
+    "rbwd": "median of one interval: forward again with autograd + backward "
+    "(measured as its own pass, not fwd + bwd added)",
+    "noise": "stages[s].extra.noise: max/min over the rounds, per cell",
+    "memory": "param_bytes = parameters + gradients + optimizer state; saved activations "
+    "= storages autograd saves for backward (saved_tensors_hooks), without parameters "
+    "and the stage input, at size B divided by B; input bytes = stage input / sample",
+    "links": "act_bytes = stage output bytes per sample; grad_bytes = the next stage's "
+    "input-gradient bytes per sample; latency/bandwidth: see link",
+}
+
+
+def _r(x: float) -> float | None:
+    """Round a noise figure for the file (None for not-measured)."""
+    return round(float(x), 3) if math.isfinite(x) else None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _host(device: str) -> dict[str, Any]:
+    host: dict[str, Any] = {"cpu": _cpu_name(), "python": platform.python_version()}
+    if device.startswith("cuda"):
+        host["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        host["cuda"] = torch.version.cuda
+    return host
+
+
+def stage_costs(meas: Measurements, mem: Sequence[Any], rigs_layers: Sequence[tuple[int, int]],
+                layer_names: Sequence[str]) -> list[StageCosts]:
+    """One :class:`StageCosts` per stage: median tables, memory, name, noise per cell."""
+    stages = []
+    for s, (a, b) in enumerate(rigs_layers):
+        names = layer_names[a:b]
+        label = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
+        stages.append(
+            StageCosts(
+                fwd=tuple(c.median for c in meas.fwd[s]),
+                bwd=tuple(c.median for c in meas.bwd[s]),
+                rbwd=tuple(c.median for c in meas.rbwd[s]),
+                opt=meas.opt[s].median,
+                memory=StageMemory(
+                    param_bytes=float(mem[s].param_bytes),
+                    saved_act_bytes_per_sample=float(mem[s].saved_act_bytes_per_sample),
+                    input_bytes_per_sample=float(mem[s].input_bytes_per_sample),
+                ),
+                name=f"L{a}-{b - 1} {label}" if b - a > 1 else f"L{a} {label}",
+                extra={
+                    "layers": [a, b],
+                    "noise": {
+                        "fwd": [_r(c.noise) for c in meas.fwd[s]],
+                        "bwd": [_r(c.noise) for c in meas.bwd[s]],
+                        "rbwd": [_r(c.noise) for c in meas.rbwd[s]],
+                        "opt": _r(meas.opt[s].noise),
+                    },
+                    "weights_bytes": mem[s].weights_bytes,
+                    "grad_bytes": mem[s].grad_bytes,
+                    "optimizer_state_bytes": mem[s].optimizer_state_bytes,
+                },
+            )
+        )
+    return stages
+
+
+def boundary_links(mem: Sequence[Any], cal: LinkCalibration) -> list[Link]:
+    """Boundary ``s -> s+1``: measured bytes per sample, the calibrated latency/bandwidth."""
+    return [
+        Link(
+            act_bytes=float(mem[s].output_bytes_per_sample),
+            grad_bytes=float(mem[s + 1].input_grad_bytes_per_sample),
+            latency=cal.latency,
+            bandwidth=cal.bandwidth,
+        )
+        for s in range(len(mem) - 1)
+    ]
+
+
+def _clock_text(st: ProfileSettings) -> str:
+    if st.device.startswith("cuda"):
+        return "CUDA events + synchronize"
+    if st.clock == "thread-cpu":
+        return "time.thread_time: CPU seconds of the one compute thread (not wall time)"
+    return "time.perf_counter wall time (synchronous CPU ops)"
+
+
+def provenance(model: str, config: dict[str, Any], lps: Sequence[int], meas: Measurements,
+               cal: LinkCalibration, st: ProfileSettings) -> dict[str, Any]:
+    """Where the numbers came from (docs/MODEL.md §1): model, grouping, device, versions,
+    date, rounds, noise summary and how each figure was measured."""
+    noise_all = [c.noise for table in (meas.fwd, meas.bwd, meas.rbwd) for row in table
+                 for c in row if math.isfinite(c.noise)]
+    how = {
+        "order": f"{st.warmup} warm-up round(s) discarded, then {st.repeats} rounds; each round "
+        "visits every (stage, size) cell and each stage's optimizer cell once, starting at "
+        "a rotating offset; stash and recompute passes swap order every round",
+        **{k: HOW[k] for k in ("fwd", "bwd", "rbwd")},
+        "opt": f"median of one {st.optimizer} step over the stage parameters "
+        "(gradients present)",
+        "noise": HOW["noise"],
+        "clock": _clock_text(st),
+        "memory": HOW["memory"],
+        "links": HOW["links"],
+    }
+    return {
+        "source": "profiled",
+        "model": model,
+        "config": config,
+        "layers_per_stage": list(lps),
+        "device": st.device,
+        "torch": torch.__version__,
+        "threads": st.threads,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "host": _host(st.device),
+        "repeats": st.repeats,
+        "warmup_rounds": st.warmup,
+        "seed": st.seed,
+        "clock": st.clock,
+        "co_runner": st.co_runner,
+        "dtype": st.dtype,
+        "optimizer": st.optimizer,
+        "grouping": st.grouping,
+        "balance": st.balance,
+        "profile_seconds": st.profile_seconds,
+        "noise_max": _r(max(noise_all)) if noise_all else None,
+        "noise_median": _r(sorted(noise_all)[len(noise_all) // 2]) if noise_all else None,
+        "how": how,
+        "link": cal.to_provenance(),
+    }
+
+
+def assemble(name: str, *, model: str, config: dict[str, Any], B: int, lps: Sequence[int],
+             meas: Measurements, mem: Sequence[Any], cal: LinkCalibration,
+             rigs_layers: Sequence[tuple[int, int]], layer_names: Sequence[str],
+             settings: ProfileSettings) -> Problem:
+    """The validated problem of one profile."""
+    stages = stage_costs(meas, mem, rigs_layers, layer_names)
+    return Problem(
+        name=name,
+        B=B,
+        sizes=meas.sizes,
+        stages=tuple(stages),
+        links=tuple(boundary_links(mem, cal)),
+        provenance=provenance(model, config, lps, meas, cal, settings),
+        description=f"{model} profiled on {settings.device}, B={B}, "
+        f"{len(stages)} stages ({','.join(map(str, lps))} layers), "
+        f"{settings.threads} thread(s)",
+    ).validate()

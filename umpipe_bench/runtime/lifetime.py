@@ -1,0 +1,94 @@
+"""Nothing outlives its command (STYLE.md habit 14; docs/ARCHITECTURE.md, "Processes").
+
+Three pieces, each for one way a command can end:
+
+* :func:`die_with_parent` (a child's side): the Linux parent-death signal
+  (``prctl(PR_SET_PDEATHSIG)`` through ctypes), so a child is killed when its parent dies even
+  by SIGKILL, when no clean-up code of the parent runs. Elsewhere it does nothing.
+* :func:`child_setup`: what a child runs first: its own process group (a terminal's Ctrl-C or
+  a ``kill -- -PGID`` of the parent's group reaches the parent only, which then stops its
+  children itself) and the parent-death signal.
+* :func:`terminate_raises`: SIGTERM (and SIGHUP) in the parent raise :class:`Terminated`, so
+  its ``finally`` blocks stop the children as they do on Ctrl-C.
+
+Pure: imports no torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+__all__ = ["Terminated", "child_setup", "die_with_parent", "terminate_raises"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+class Terminated(KeyboardInterrupt):
+    """The process got SIGTERM or SIGHUP; a :class:`KeyboardInterrupt` so every clean-up path
+    written for Ctrl-C runs for it too."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+
+
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send ``sig`` to this process when its parent dies (Linux only).
+
+    ``parent`` is the pid the caller expects as parent (default: the current one); if it has
+    already died (the process was re-parented before this call), ``sig`` is sent at once.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    expected = os.getppid() if parent is None else parent
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG): {os.strerror(err)}")
+    if os.getppid() != expected:
+        os.kill(os.getpid(), sig)
+
+
+def child_setup(parent: int, *, new_group: bool = True) -> Callable[[], None]:
+    """A function for ``subprocess.Popen(preexec_fn=...)`` or a process pool's ``initializer``:
+    own process group (unless ``new_group`` is False, e.g. after ``start_new_session``),
+    default SIGTERM/SIGINT handling, and death with ``parent``."""
+
+    def setup() -> None:
+        if new_group:
+            os.setpgid(0, 0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        die_with_parent(parent)
+
+    return setup
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(signum)
+
+
+@contextmanager
+def terminate_raises() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = (signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.getsignal(s) for s in sigs}
+    for s in sigs:
+        if old[s] is not signal.SIG_IGN:  # nohup'd: keep ignoring SIGHUP
+            signal.signal(s, _raise_terminated)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
