@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+#: The one-line help ``umpipe-bench --help`` lists without importing :mod:`..bench.tune`
+#: (which pulls in pydantic and multiprocessing): see ``cli.build_parser``.
+HELP = "tune DGAP/TiDGAP settings with Optuna (TPE) on training problems"
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     from ..bench.tune import TuneSpec
@@ -11,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d = TuneSpec()
     p = sub.add_parser(
         "tune",
-        help="tune DGAP/TiDGAP settings with Optuna (TPE) on training problems",
+        help=HELP,
         description="Tune a GA planner's settings (population, crossover/mutation, tournament, "
         "elites, initial-population mix) with a seeded Optuna TPE study on training problems, "
         "then compare the best settings with the defaults on held-out problems (same seeds and "

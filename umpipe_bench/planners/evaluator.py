@@ -22,7 +22,6 @@ iteration time ``T`` of every individual. Backends:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulator import gpipe_recurrence
 from ._closed_form import NUMPY_OPS, closed_form_backward, closed_form_forward
+from .encoding import bits_to_plan, plan_to_bits, plans_to_bits
 
 __all__ = ["BACKENDS", "PopulationEvaluator", "bits_to_plan", "plan_to_bits", "plans_to_bits"]
 
@@ -43,37 +43,6 @@ def _numba_kernels() -> Any:
     except ImportError:  # pragma: no cover - numba is a dependency
         return None
     return _kernels
-
-
-def plan_to_bits(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """A plan -> ``(fbits, bbits)``, each uint8 ``[S, B-1]`` (MODEL.md §2 encoding)."""
-    S, B = plan.S, plan.B
-    fb = np.zeros((S, B - 1), dtype=np.uint8)
-    bb = np.zeros((S, B - 1), dtype=np.uint8)
-    for arr, parts in ((fb, plan.fwd), (bb, plan.bwd)):
-        for s, sizes in enumerate(parts):
-            cuts = np.cumsum(sizes[:-1], dtype=np.int64) - 1
-            arr[s, cuts] = 1
-    return fb, bb
-
-
-def plans_to_bits(plans: Sequence[Plan]) -> tuple[np.ndarray, np.ndarray]:
-    """Several plans -> ``(fbits, bbits)`` ``[N, S, B-1]``."""
-    pairs = [plan_to_bits(p) for p in plans]
-    return np.stack([f for f, _ in pairs]), np.stack([b for _, b in pairs])
-
-
-def bits_to_plan(fb: np.ndarray, bb: np.ndarray | None, mode: str) -> Plan:
-    """``[S, B-1]`` cut bits -> :class:`Plan` (``bb`` ignored in stash mode)."""
-    S, L = fb.shape
-
-    def sizes(row: np.ndarray) -> tuple[int, ...]:
-        ends = np.flatnonzero(row) + 1
-        return tuple(np.diff(ends, prepend=0, append=L + 1).tolist())
-
-    fwd = tuple(sizes(fb[s]) for s in range(S))
-    bwd = fwd if (mode == "stash" or bb is None) else tuple(sizes(bb[s]) for s in range(S))
-    return Plan(fwd=fwd, bwd=bwd, mode=mode)
 
 
 class PopulationEvaluator:
