@@ -21,8 +21,11 @@ def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, s
     nf = np.zeros_like(cur_f)
     nb = np.zeros_like(cur_f) if recompute else nf
     nt = np.full(P, np.nan)
-    nc = V.vary(rng, cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift,
-                stage_len or L, recompute, local, best)
+    args = (cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift, 0.0,
+            stage_len or L, recompute, local, best)
+    nc = V.vary(rng.random(8), *args)
+    assert nc == -1  # too few uniforms: says so, the caller draws more
+    nc = V.vary(rng.random(V.uniforms_needed(n_off, tournament, flip, shift)), *args)
     return nc, nf, nb, nt
 
 
@@ -31,7 +34,7 @@ def test_crossover_swaps_one_contiguous_segment():
     for _ in range(200):
         a = np.zeros(12, np.uint8)
         b = np.ones(12, np.uint8)
-        V._cross(rng, a, b, 12)
+        assert V._cross(rng.random(2), 0, a, b, 12) == 2
         assert (a + b == 1).all()
         seg = np.flatnonzero(a)
         assert 1 <= seg.size <= 11 and (np.diff(seg) == 1).all()
@@ -43,8 +46,17 @@ def test_shifts_stay_in_stage():
     for _ in range(100):
         row = np.zeros(S * L, np.uint8)
         row[L - 1] = 1  # a cut at the last bit of stage 0
-        V._mutate(rng, row, S * L, L, S, 0.0, 1.0)
+        V._mutate(rng.random(64), 0, row, S * L, L, S, 0.0, 1.0, 0.0)
         assert row[:L].sum() == 1 and row[L:].sum() == 0
+
+
+@pytest.mark.parametrize("n,p", [(10, 0.1), (200, 0.005), (5, 0.6), (7, 1.0), (7, 0.0)])
+def test_binomial_by_inversion(n, p):
+    rng = np.random.default_rng(5)
+    k = np.array([V._binomial(x, n, p) for x in rng.random(20000)])
+    assert 0 <= k.min() and k.max() <= n
+    assert k.mean() == pytest.approx(n * p, abs=0.05 * max(1.0, n * p))
+    assert k.var() == pytest.approx(n * p * (1 - p), abs=0.08 * max(1.0, n * p))
 
 
 def test_tournament_of_everyone_picks_the_best_and_unchanged_keep_their_time():

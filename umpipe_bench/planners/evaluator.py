@@ -45,6 +45,19 @@ def _numba_kernels() -> Any:
     return _kernels
 
 
+_POOLS: dict[int, Any] = {}
+
+
+def _pool(workers: int) -> Any:
+    """A process-wide thread pool of ``workers`` threads (created once, on first use)."""
+    if workers not in _POOLS:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOLS[workers] = ThreadPoolExecutor(max_workers=workers,
+                                             thread_name_prefix="umpipe-eval")
+    return _POOLS[workers]
+
+
 class PopulationEvaluator:
     """Iteration times of whole populations of cut-bit plans (MODEL.md §4, gpipe schedule).
 
@@ -54,9 +67,16 @@ class PopulationEvaluator:
     :attr:`evaluations` (full evaluations only).
     """
 
+    #: Fewest rows per thread worth a thread (below, one thread runs the whole call).
+    MIN_ROWS_PER_THREAD = 32
+
     def __init__(
-        self, problem: Problem, mode: str, backend: str = "auto", device: str | None = None
+        self, problem: Problem, mode: str, backend: str = "auto", device: str | None = None,
+        threads: int = 1,
     ) -> None:
+        if threads < 1:
+            raise ValueError(f"evaluator threads must be >= 1, got {threads}")
+        self.threads = int(threads)
         if backend not in BACKENDS:
             raise ValueError(f"unknown evaluator backend {backend!r}; valid: {', '.join(BACKENDS)}")
         self.problem = problem
@@ -100,6 +120,20 @@ class PopulationEvaluator:
             bits = bits.astype(np.uint8)
         return np.ascontiguousarray(bits)
 
+    def _rows(self, n: int, run: Any) -> None:
+        """``run(lo, hi)`` over row blocks: one block per thread when there are enough rows
+        (the numba kernels release the GIL, so the blocks run in parallel)."""
+        k = min(self.threads, n // self.MIN_ROWS_PER_THREAD)
+        if k <= 1:
+            run(0, n)
+            return
+        bounds = np.linspace(0, n, k + 1).astype(int)
+        pool = _pool(k - 1)
+        futures = [pool.submit(run, int(bounds[i]), int(bounds[i + 1])) for i in range(1, k)]
+        run(0, int(bounds[1]))
+        for f in futures:
+            f.result()
+
     # ------------------------------------------------------------------ passes
     def forward(self, fbits: np.ndarray) -> np.ndarray:
         """``F[s, K_s]`` for every individual, ``[N, S]`` (MODEL.md §4 forward loop)."""
@@ -107,7 +141,8 @@ class PopulationEvaluator:
         t = self._tables
         if self._kernels is not None:
             out = np.empty((fb.shape[0], self.S), dtype=np.float64)
-            self._kernels.forward_pass(fb, t["fwd"], t["act"], out)
+            fwd, act, kernel = t["fwd"], t["act"], self._kernels.forward_pass
+            self._rows(fb.shape[0], lambda a, b: kernel(fb[a:b], fwd, act, out[a:b]))
             return out
         if self._torch is not None:
             return self._torch.forward(fb)
@@ -122,7 +157,9 @@ class PopulationEvaluator:
         t = self._tables
         if self._kernels is not None:
             out = np.empty(bb.shape[0], dtype=np.float64)
-            self._kernels.backward_pass(bb, t["cb"], t["grad"], t["opt"], F_last, out)
+            cb, grad, opt, kernel = t["cb"], t["grad"], t["opt"], self._kernels.backward_pass
+            self._rows(bb.shape[0],
+                       lambda a, b: kernel(bb[a:b], cb, grad, opt, F_last[a:b], out[a:b]))
             return out
         if self._torch is not None:
             return self._torch.backward(bb, F_last)

@@ -16,7 +16,7 @@ from ..problem import Problem
 from .base import Budget, PlannerError
 from .seeding import seeding_evaluations
 
-__all__ = ["AUTO_GENERATIONS", "AUTO_POPULATION", "GA_DEFAULTS", "check_ga_settings",
+__all__ = ["AUTO_BITS", "AUTO_GENERATIONS", "AUTO_POPULATION", "GA_DEFAULTS", "check_ga_settings",
            "min_population", "population_size"]
 
 #: Defaults shared by DGAP and TiDGAP (chosen on the sim problems; see docs in the planners).
@@ -33,10 +33,13 @@ GA_DEFAULTS: dict[str, Any] = {
 }
 
 
-#: ``population=0`` (TiDGAP's default): one generation per ``AUTO_GENERATIONS`` evaluations of
-#: the budget, within ``AUTO_POPULATION`` (measured in results/perf/quality.md: larger
-#: populations make the result depend much less on the seed at the same budget).
+#: ``population=0`` (TiDGAP's default): the budget buys ``AUTO_GENERATIONS`` generations per
+#: ``AUTO_BITS`` bits of chromosome (at least that many generations), within
+#: ``AUTO_POPULATION``. Measured (results/perf/quality.md): on gpt1-14 and vgg16 (210-496 bits)
+#: a population of ~1000 makes the result depend far less on the seed than 128 at the same
+#: budget; at S = 64, B = 1024 (65,472 bits) 128 beats 1000, which gets too few generations.
 AUTO_GENERATIONS = 200
+AUTO_BITS = 512
 AUTO_POPULATION = (128, 1024)
 
 
@@ -76,8 +79,9 @@ def population_size(planner: str, problem: Problem, settings: dict[str, Any],
     P = int(settings["population"])
     if P == 0:
         lo, hi = AUTO_POPULATION
+        gens = AUTO_GENERATIONS * max(1.0, problem.S * (problem.B - 1) / AUTO_BITS)
         P = lo if budget.evaluations is None else min(
-            hi, max(lo, budget.evaluations // AUTO_GENERATIONS))
+            hi, max(lo, int(budget.evaluations / gens)))
     if budget.evaluations is None:
         return max(P, min_population(settings))
     seeding = seeding_evaluations(problem.B, bool(settings["greedy_seeds"]))

@@ -253,7 +253,7 @@ class SearchPlanner(Planner):
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
                        ) -> Objective:
         return CutBitsObjective(problem, mode, str(settings.get("backend", "auto")),
-                                settings.get("device") or None)
+                                settings.get("device") or None, int(settings.get("threads", 1)))
 
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective

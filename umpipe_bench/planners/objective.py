@@ -57,11 +57,11 @@ class CutBitsObjective:
     (``backend``: auto, numba, numpy, torch, python; MODEL.md §4)."""
 
     def __init__(self, problem: Problem, mode: str, backend: str = "auto",
-                 device: str | None = None) -> None:
+                 device: str | None = None, threads: int = 1) -> None:
         from .evaluator import PopulationEvaluator
 
         self.problem, self.mode = problem, mode
-        self.evaluator = PopulationEvaluator(problem, mode, backend, device or None)
+        self.evaluator = PopulationEvaluator(problem, mode, backend, device or None, threads)
         self.backend = self.evaluator.backend
 
     def evaluate(self, genomes: Genomes) -> np.ndarray:

@@ -73,8 +73,12 @@ class TiDGAPEngine(SearchAlgorithm):
         self.seed_labels: list[str] = []
         self.stale = 0
         self.fails = 0
+        self.neutral = 0
         self.phase = "ga"  # or "local" (around the best) or "restart" (fresh random rest)
         self._nc = 0
+        self._nu = self._vary.uniforms_needed(self.P, int(settings["tournament"]),
+                                              float(settings["flip_rate"]),
+                                              float(settings["shift_rate"]))
         self.best_time = float("inf")
         self.start_time = float("inf")
 
@@ -137,11 +141,15 @@ class TiDGAPEngine(SearchAlgorithm):
         nxt = 1 - self.cur
         n_off = self.P - self.elites
         nf, nb, nt = self._f[nxt], self._b[nxt], self._t[nxt]
-        self._nc = int(self._vary.vary(
-            self.rng, self.pop_f, self.pop_b, self.times, nf, nb, nt, n_off,
-            int(s["tournament"]), float(s["cxpb"]), float(s["mutpb"]), float(s["flip_rate"]),
-            float(s["shift_rate"]), self.B - 1, self.recompute, self.phase == "local",
-            int(self.elite_idx[0])))
+        args = (self.pop_f, self.pop_b, self.times, nf, nb, nt, n_off, int(s["tournament"]),
+                float(s["cxpb"]), float(s["mutpb"]), float(s["flip_rate"]),
+                float(s["shift_rate"]), float(s.get("copy_rate", 0.0)), self.B - 1,
+                self.recompute, self.phase == "local", int(self.elite_idx[0]))
+        nc = self._vary.vary(self.rng.random(self._nu), *args)
+        while nc < 0:  # ran out of uniforms (rare): draw twice as many and vary again
+            self._nu *= 2
+            nc = self._vary.vary(self.rng.random(self._nu), *args)
+        self._nc = int(nc)
         if self.phase == "restart":
             nf[:n_off] = random_bits(self.rng, n_off, self.S, self.B).reshape(n_off, self.L)
             if self.recompute:
@@ -158,24 +166,29 @@ class TiDGAPEngine(SearchAlgorithm):
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
         nxt = 1 - self.cur
         if self.phase == "local":
-            # A local generation only improves the best individual in place (Lamarckian):
-            # the rest of the population keeps its diversity.
-            improved = False
+            # A local generation only moves the best individual (Lamarckian): to its best
+            # neighbour when that is better, or equal (a step along a plateau: T is a max over
+            # stages, so most moves leave it unchanged; up to ``patience`` such steps in a
+            # row). The rest of the population keeps its diversity.
+            moved = improved = False
             if times.size:
                 j = int(np.argmin(times))
                 e = int(self.elite_idx[0])
-                if times[j] < self.times[e]:
+                improved = bool(times[j] < self.times[e])
+                if improved or (times[j] == self.times[e] and self.neutral < self.patience):
                     self.pop_f[e] = self._f[nxt][j]
                     if self.recompute:
                         self.pop_b[e] = self._b[nxt][j]
                     self.times[e] = times[j]
-                    improved = True
+                    moved = True
             self._update_elites()
             if improved:
-                self.fails = 0  # keep descending while it pays
+                self.fails = self.neutral = 0
+            elif moved:
+                self.neutral += 1
             else:
                 self.fails += 1
-                self.stale = 0
+                self.neutral = self.stale = 0
                 self.phase = "ga"
             return
         self._t[nxt][:self._nc] = times
@@ -201,14 +214,17 @@ class TiDGAP(SearchPlanner):
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population`` 0: from
     the evaluation budget, :func:`.ga.population_size`), ``patience``
-    (generations without improvement before a local generation; 0: never), ``backend``
-    (auto, numba, numpy, torch, python) and ``device`` (torch backend: e.g. ``cuda``).
+    (generations without improvement before a local generation; 0: never), ``copy_rate``
+    (probability that a mutation also copies one stage's partition onto a neighbour stage:
+    aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
+    python), ``device`` (torch backend: e.g. ``cuda``) and ``threads`` (numba backend: the
+    population split over this many threads).
     """
 
     name = "tidgap"
     default_budget = "evals:200000"
-    defaults = {**GA_DEFAULTS, "population": 0, "patience": 10, "backend": "auto",
-                "device": ""}
+    defaults = {**GA_DEFAULTS, "population": 0, "patience": 10, "copy_rate": 1.0,
+                "backend": "auto", "device": "", "threads": 1}
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         s = check_ga_settings(self.name, settings, auto=True)
@@ -218,6 +234,10 @@ class TiDGAP(SearchPlanner):
                 f"{', '.join(BACKENDS)}")
         if s["patience"] < 0:
             raise PlannerError(f"planner {self.name!r}: patience must be >= 0")
+        if not 0.0 <= s["copy_rate"] <= 1.0:
+            raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
+        if s["threads"] < 1:
+            raise PlannerError(f"planner {self.name!r}: threads must be >= 1")
         return s
 
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
