@@ -41,7 +41,7 @@ class Budget:
     @classmethod
     def parse(cls, text: str | Budget | None) -> Budget:
         """Parse and check a budget string; every problem is a :class:`PlannerError` naming
-        the part and what was expected (docs/ARCHITECTURE.md: budgets)."""
+        the part and what was expected (docs/ARCHITECTURE.md, "Search planners")."""
         if text is None:
             return cls()
         if isinstance(text, Budget):

@@ -14,7 +14,7 @@ the rest, the same way for every planner:
   still fits the evaluation budget;
 * it keeps one typed :class:`History`: one :class:`Record` (generation, evaluations so far,
   wall time, best T so far) after the setup and after every tell. Plots and the leaderboard
-  read these four fields (docs/ARCHITECTURE.md);
+  read these four fields (docs/ARCHITECTURE.md, "Search planners");
 * it draws the progress bar (tqdm, imported only when asked for) at most a few times a second.
 
 The objects here know nothing about plans or bits: a genome is whatever the objective
@@ -121,15 +121,28 @@ class History:
     @classmethod
     def from_result(cls, history: Any, evaluations: int, wall_time: float,
                     best: float) -> History:
-        """A typed history for a planner that did not use the loop (a one-shot construction
-        such as EDP or greedy): one record of its whole run; its own records stay in
-        ``extra["records"]``."""
+        """A typed history for a planner that did not use the loop.
+
+        Progress records of a third-party or older planner (dicts with ``evals``/``nevals``
+        and ``best``/``value``, optionally ``time``) become one record each; anything else (a
+        one-shot construction such as EDP or greedy) becomes one record of the whole run, its
+        own records kept in ``extra["records"]``.
+        """
         if isinstance(history, History):
             return history
+        rows = [dict(r) for r in history] if history is not None else []
         h = cls()
+        ekey = next((k for k in ("nevals", "evals") if rows and k in rows[0]), None)
+        bkey = next((k for k in ("best", "value") if rows and k in rows[0]), None)
+        if ekey and bkey and all(ekey in r and bkey in r for r in rows):
+            low = float("inf")
+            for i, r in enumerate(rows):
+                low = min(low, float(r[bkey]))
+                h.append(i, int(r[ekey]), float(r.get("time", 0.0)), low)
+            return h
         h.append(0, evaluations, wall_time, best)
-        if history is not None:
-            h.extra["records"] = [dict(r) for r in history]
+        if rows:
+            h.extra["records"] = rows
         return h
 
 

@@ -71,6 +71,7 @@ class TiDGAPEngine(SearchAlgorithm):
         self.cur = 0
         self.elite_idx = np.zeros(0, np.int64)
         self.seed_labels: list[str] = []
+        self.generation = 0
         self.stale = 0
         self.fails = 0
         self.neutral = 0
@@ -165,6 +166,7 @@ class TiDGAPEngine(SearchAlgorithm):
 
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
         nxt = 1 - self.cur
+        self.generation += 1
         if self.phase == "local":
             # A local generation only moves the best individual (Lamarckian): to its best
             # neighbour when that is better, or equal (a step along a plateau: T is a max over
