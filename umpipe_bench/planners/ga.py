@@ -16,7 +16,7 @@ from ..problem import Problem
 from .base import Budget, PlannerError
 from .seeding import seeding_evaluations
 
-__all__ = ["AUTO_BITS", "AUTO_GENERATIONS", "AUTO_POPULATION", "GA_DEFAULTS", "check_ga_settings",
+__all__ = ["AUTO_BITS", "AUTO_FLOOR", "AUTO_GENERATIONS", "GA_DEFAULTS", "check_ga_settings",
            "min_population", "population_size"]
 
 #: Defaults shared by DGAP and TiDGAP (chosen on the sim problems; see docs in the planners).
@@ -33,22 +33,22 @@ GA_DEFAULTS: dict[str, Any] = {
 }
 
 
-#: ``population=0`` (TiDGAP's default): the budget buys ``AUTO_GENERATIONS`` generations per
-#: ``AUTO_BITS`` bits of chromosome (at least that many generations), within
-#: ``AUTO_POPULATION``. Measured (results/perf/quality.md): on gpt1-14 and vgg16 (210-496 bits)
-#: a population of ~1000 makes the result depend far less on the seed than 128 at the same
-#: budget; at S = 64, B = 1024 (65,472 bits) 128 beats 1000, which gets too few generations.
+#: ``population`` is the largest population: an evaluation budget must also buy
+#: ``AUTO_GENERATIONS`` generations per ``AUTO_BITS`` bits of chromosome (at least that many
+#: generations), so a run uses fewer individuals when it would not, down to ``AUTO_FLOOR``.
+#: Measured (results/perf/quality.md): on gpt1-14 and vgg16 (210-496 bits) a population of
+#: ~1000 makes the result depend far less on the seed than 128 at the same budget (TiDGAP's
+#: default is 1024); at S = 64, B = 1024 (65,472 bits) 128 beats 1000, which gets too few
+#: generations.
 AUTO_GENERATIONS = 200
 AUTO_BITS = 512
-AUTO_POPULATION = (128, 1024)
+AUTO_FLOOR = 128
 
 
-def check_ga_settings(planner: str, s: dict[str, Any], auto: bool = False) -> dict[str, Any]:
-    """Range-check resolved GA settings (types were checked by :func:`.settings.coerce`);
-    ``auto``: population 0 means "from the budget" (:func:`population_size`)."""
-    if s["population"] < 2 and not (auto and s["population"] == 0):
-        raise PlannerError(f"planner {planner!r}: population must be >= 2"
-                           + (" (or 0: from the budget)" if auto else ""))
+def check_ga_settings(planner: str, s: dict[str, Any]) -> dict[str, Any]:
+    """Range-check resolved GA settings (types were checked by :func:`.settings.coerce`)."""
+    if s["population"] < 2:
+        raise PlannerError(f"planner {planner!r}: population must be >= 2")
     for k in ("cxpb", "mutpb"):
         if not 0.0 <= s[k] <= 1.0:
             raise PlannerError(f"planner {planner!r}: {k} must be in [0, 1], got {s[k]}")
@@ -57,7 +57,7 @@ def check_ga_settings(planner: str, s: dict[str, Any], auto: bool = False) -> di
             raise PlannerError(f"planner {planner!r}: {k} must be >= 0, got {s[k]}")
     if s["tournament"] < 1:
         raise PlannerError(f"planner {planner!r}: tournament must be >= 1")
-    if s["elites"] < 1 or (s["population"] and s["elites"] >= s["population"]):
+    if not 1 <= s["elites"] < s["population"]:
         raise PlannerError(f"planner {planner!r}: elites must be in 1..population-1")
     if s["edp_seeds"] < 1:
         raise PlannerError(f"planner {planner!r}: edp_seeds must be >= 1 (the starting point)")
@@ -73,17 +73,15 @@ def population_size(planner: str, problem: Problem, settings: dict[str, Any],
                     budget: Budget) -> int:
     """The population, capped so the seeding phase fits an evaluation budget.
 
-    The smallest budget that runs is the seeding scan plus :func:`min_population` (the initial
+    The population is ``population`` or fewer (see :data:`AUTO_GENERATIONS`). The smallest
+    budget that runs is the seeding scan plus :func:`min_population` (the initial
     population is evaluated in full; a generation then needs ``population - elites`` more).
     """
     P = int(settings["population"])
-    if P == 0:
-        lo, hi = AUTO_POPULATION
-        gens = AUTO_GENERATIONS * max(1.0, problem.S * (problem.B - 1) / AUTO_BITS)
-        P = lo if budget.evaluations is None else min(
-            hi, max(lo, int(budget.evaluations / gens)))
     if budget.evaluations is None:
         return max(P, min_population(settings))
+    gens = AUTO_GENERATIONS * max(1.0, problem.S * (problem.B - 1) / AUTO_BITS)
+    P = min(P, max(min(P, AUTO_FLOOR), int(budget.evaluations / gens)))
     seeding = seeding_evaluations(problem.B, bool(settings["greedy_seeds"]))
     least = min_population(settings)
     room = budget.evaluations - seeding

@@ -214,8 +214,9 @@ class TiDGAPEngine(SearchAlgorithm):
 class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
-    Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population`` 0: from
-    the evaluation budget, :func:`.ga.population_size`), ``patience``
+    Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
+    largest population, 1024; fewer when the budget would buy too few generations,
+    :func:`.ga.population_size`), ``patience``
     (generations without improvement before a local generation; 0: never), ``copy_rate``
     (probability that a mutation also copies one stage's partition onto a neighbour stage:
     aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
@@ -225,11 +226,11 @@ class TiDGAP(SearchPlanner):
 
     name = "tidgap"
     default_budget = "evals:200000"
-    defaults = {**GA_DEFAULTS, "population": 0, "patience": 10, "copy_rate": 1.0,
+    defaults = {**GA_DEFAULTS, "population": 1024, "patience": 10, "copy_rate": 1.0,
                 "backend": "auto", "device": "", "threads": 1}
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
-        s = check_ga_settings(self.name, settings, auto=True)
+        s = check_ga_settings(self.name, settings)
         if s["backend"] not in BACKENDS:
             raise PlannerError(
                 f"planner {self.name!r}: backend {s['backend']!r} unknown; valid: "
