@@ -29,10 +29,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..plan import Plan
 from ..problem import Problem
 from .base import Budget, Planner, PlannerError, PlanResult
 from .history import HISTORY_FIELDS, History, Record
-from .objective import CutBitsObjective, Genomes, Objective
+from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 
 __all__ = [
     "HISTORY_FIELDS",
@@ -208,7 +209,7 @@ class SearchPlanner(Planner):
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
-        from ..simulator import gpipe_recurrence
+        from ..simulator import gpipe_recurrence, simulate
 
         s = dict(self.config)
         termination = Termination(budget, self.name)
@@ -219,8 +220,45 @@ class SearchPlanner(Planner):
         self.finish(loop.history, algo)
         genome, _ = algo.best()
         plan = objective.decode(genome, 0)
+        if plan.caps is None:
+            schedule, T = "gpipe", gpipe_recurrence(problem, plan)
+        else:
+            schedule, T = "capped", simulate(problem, plan, "capped").iteration_time
+        if isinstance(objective, FamilyObjective):
+            plan, schedule, T = never_worse_than_edp(problem, mode, plan, schedule, T)
         return PlanResult(
-            planner=self.name, plan=plan, iteration_time=gpipe_recurrence(problem, plan),
+            planner=self.name, plan=plan, iteration_time=T, schedule=schedule,
             evaluations=loop.evaluations, start_time=algo.start_time, history=loop.history,
             settings=self.result_settings(algo, objective, s),
         )
+
+
+def never_worse_than_edp(problem: Problem, mode: str, plan: Plan, schedule: str, T: float
+                         ) -> tuple[Plan, str, float]:
+    """The plan, or the best GPipe-EDP / 1F1B-EDP plan that fits when that is faster.
+
+    A family search is seeded with both, so it can only lose to torch's 1F1B at an M that
+    does not divide B (the family's sample caps reproduce 1F1B exactly only when it does,
+    docs/SCHEDULES.md §1): then that equal plan is the answer, under its own schedule.
+    A plan that does not fit (``T = inf``: nothing the search found fits) is not returned:
+    the best EDP plan that fits is, and when none fits either, the caller gets the
+    :class:`~umpipe_bench.memory.MemoryCapError` that names the stage, bytes and cap.
+    """
+    from ..memory import MemoryCapError
+    from .reference import best_edp
+
+    best = (T, plan, schedule)
+    error = None
+    for sched in ("gpipe", "1f1b"):
+        try:
+            M, Tb = best_edp(problem, mode, sched)
+        except MemoryCapError as exc:
+            error = exc
+            continue
+        if Tb < best[0]:
+            best = (Tb, Plan.edp(problem.S, problem.B, M, mode), sched)
+    if not np.isfinite(best[0]):
+        if error is not None:
+            raise error
+        raise MemoryCapError(f"problem {problem.name!r} ({mode}): no plan found fits memory")
+    return best[1], best[2], float(best[0])
