@@ -220,12 +220,13 @@ class SearchPlanner(Planner):
         self.finish(loop.history, algo)
         genome, _ = algo.best()
         plan = objective.decode(genome, 0)
-        if plan.caps is None:
-            schedule, T = "gpipe", gpipe_recurrence(problem, plan)
-        else:
-            schedule, T = "capped", simulate(problem, plan, "capped").iteration_time
         if isinstance(objective, FamilyObjective):
+            schedule = "gpipe" if plan.caps is None else "capped"
+            tl = simulate(problem, plan, schedule)
+            T = np.inf if tl.fits_memory is False else tl.iteration_time
             plan, schedule, T = never_worse_than_edp(problem, mode, plan, schedule, T)
+        else:
+            schedule, T = "gpipe", gpipe_recurrence(problem, plan)
         return PlanResult(
             planner=self.name, plan=plan, iteration_time=T, schedule=schedule,
             evaluations=loop.evaluations, start_time=algo.start_time, history=loop.history,
