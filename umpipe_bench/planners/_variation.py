@@ -180,10 +180,13 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
             pos[k] = j
             nxt_times[j] = times[parent[k]]
             j += 1
-    for k in range(n_off):
-        nxt_f[pos[k]] = cur_f[parent[k]]
+    for k in range(n_off):  # explicit loops: numba's row assignment is ~10x slower
+        d, a = pos[k], parent[k]
+        for i in range(L):
+            nxt_f[d, i] = cur_f[a, i]
         if recompute:
-            nxt_b[pos[k]] = cur_b[parent[k]]
+            for i in range(L):
+                nxt_b[d, i] = cur_b[a, i]
     if L == 0:
         return nc
     if local:
