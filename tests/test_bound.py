@@ -84,7 +84,7 @@ def test_parts_of_the_bound():
     assert bd.head == (0.0, 1.0, 2.0)
     assert bd.work == (12.0, 12.0, 12.0)
     assert bd.tail == (0.5, 2.5, 4.5)
-    assert bd.critical_stage == 2 and bd.value == 18.5
+    assert bd.critical == "stage 2" and bd.value == 18.5
 
 
 def test_unknown_mode_is_refused():

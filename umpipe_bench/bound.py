@@ -57,40 +57,64 @@ def min_composition_cost(cost: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Bound:
-    """The bound and its parts, per stage (seconds); ``value = max(per_stage)``."""
+    """The bound and its parts (seconds); ``value = max(per_stage + per_link)``."""
 
     value: float
     per_stage: tuple[float, ...]
+    per_link: tuple[float, ...]  # boundary s -> s+1, both directions
     head: tuple[float, ...]  # E[s]
     work: tuple[float, ...]  # W[s]
     tail: tuple[float, ...]  # Z[s]
 
     @property
-    def critical_stage(self) -> int:
-        return int(np.argmax(self.per_stage))
+    def critical(self) -> str:
+        """Which part gives the bound: ``stage s`` or ``link s->s+1``."""
+        parts = [(v, f"stage {s}") for s, v in enumerate(self.per_stage)]
+        parts += [(v, f"link {s}->{s + 1}") for s, v in enumerate(self.per_link)]
+        return max(parts, key=lambda p: p[0])[1]
 
 
 def stage_bound(problem: Problem, mode: str = "stash") -> Bound:
-    """The bound of every stage ``E[s] + W[s] + Z[s]`` (module docstring; docs/SIMNETS.md)."""
+    """The bound of every stage and link (module docstring; docs/SIMNETS.md)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     tb = problem.tables()
     S = problem.S
     fwd, back = tb.fwd, tb.backward(mode)
-    if mode == "stash":
-        work = min_composition_cost(fwd + back)
-    else:
-        work = min_composition_cost(fwd) + min_composition_cost(back)
-    head = np.zeros(S)
+    min_f = fwd[:, 1:].min(axis=1)
+    min_b = back[:, 1:].min(axis=1)
+    work_b = min_composition_cost(back)
+    work = min_composition_cost(fwd + back) if mode == "stash" else (
+        min_composition_cost(fwd) + work_b)
+    head = np.zeros(S)  # E[s]
     for s in range(1, S):
         head[s] = head[s - 1] + float(np.min(fwd[s - 1, 1:] + tb.act[s - 1, 1:]))
-    tail = np.zeros(S)
+    head_b = np.zeros(S)  # R[s]: earliest start of any backward of stage s
+    head_b[S - 1] = head[S - 1] + min_f[S - 1]
+    for s in range(S - 2, -1, -1):
+        up = head_b[s + 1] + float(np.min(back[s + 1, 1:] + tb.grad[s, 1:]))
+        head_b[s] = max(head[s] + min_f[s], up)
+    tail = np.zeros(S)  # Z[s]: after the backward of the last sample
     tail[0] = tb.opt[0]
     for s in range(1, S):
-        down = float(np.min(tb.grad[s - 1, 1:])) + float(np.min(back[s - 1, 1:])) + tail[s - 1]
+        down = float(np.min(tb.grad[s - 1, 1:])) + min_b[s - 1] + tail[s - 1]
         tail[s] = max(float(tb.opt[s]), down)
-    per = head + work + tail
-    return Bound(value=float(per.max()), per_stage=tuple(per.tolist()),
+    tail_f = np.zeros(S)  # ZF[s]: after the forward of the last sample
+    tail_f[S - 1] = min_b[S - 1] + tail[S - 1]
+    for s in range(S - 2, -1, -1):
+        on = float(np.min(tb.act[s, 1:])) + min_f[s + 1] + tail_f[s + 1]
+        tail_f[s] = max(min_b[s] + tail[s], on)
+    per = np.maximum(head + work, head_b + work_b) + tail
+    links = []
+    if S > 1:
+        w_act = min_composition_cost(tb.act[:, :])
+        w_grad = min_composition_cost(tb.grad[:, :])
+        for s in range(S - 1):
+            fwd_link = head[s] + min_f[s] + w_act[s] + min_f[s + 1] + tail_f[s + 1]
+            bwd_link = head_b[s + 1] + min_b[s + 1] + w_grad[s] + min_b[s] + tail[s]
+            links.append(max(fwd_link, bwd_link))
+    value = float(max(per.max(), max(links, default=0.0)))
+    return Bound(value=value, per_stage=tuple(per.tolist()), per_link=tuple(links),
                  head=tuple(head.tolist()), work=tuple(work.tolist()), tail=tuple(tail.tolist()))
 
 
