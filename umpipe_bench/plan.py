@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .problem import atomic_write_text
 
 if TYPE_CHECKING:
@@ -50,6 +52,21 @@ def balanced_split(B: int, M: int) -> tuple[int, ...]:
     return tuple([q + 1] * r + [q] * (M - r))
 
 
+def _check_caps(caps: Any, S: int) -> tuple[int, ...]:
+    """Caps must be ``S`` whole numbers >= 1 (samples a stage may hold in flight)."""
+    if isinstance(caps, (str, bytes)) or not isinstance(caps, Sequence):
+        raise PlanError(f"plan field 'caps' must be a list of {S} whole numbers, got {caps!r}")
+    if len(caps) != S:
+        raise PlanError(f"plan field 'caps' has {len(caps)} entries; expected one per stage "
+                        f"(S = {S})")
+    out = []
+    for s, k in enumerate(caps):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise PlanError(f"stage {s} cap {k!r} must be a whole number of samples >= 1")
+        out.append(int(k))
+    return tuple(out)
+
+
 def sizes_to_bits(sizes: Sequence[int], B: int) -> list[int]:
     """Composition -> ``B-1`` cut bits (bit ``i`` = boundary after sample ``i+1``)."""
     bits = [0] * (B - 1)
@@ -80,10 +97,14 @@ class Plan:
     bwd: tuple[tuple[int, ...], ...]
     mode: str = "stash"
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: Per-stage in-flight caps ``K[s]`` in samples (docs/SCHEDULES.md); None: no cap (GPipe).
+    caps: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fwd", tuple(tuple(int(x) for x in p) for p in self.fwd))
         object.__setattr__(self, "bwd", tuple(tuple(int(x) for x in q) for q in self.bwd))
+        if self.caps is not None:
+            object.__setattr__(self, "caps", _check_caps(self.caps, len(self.fwd)))
         self._check_shape()
 
     # ----------------------------------------------------------------- constructors
@@ -131,9 +152,17 @@ class Plan:
         )
 
     def describe(self) -> str:
-        if self.is_edp():
-            return f"EDP({len(self.fwd[0])})"
-        return "UEDP"
+        name = f"EDP({len(self.fwd[0])})" if self.is_edp() else "UEDP"
+        return name if self.caps is None else f"{name} caps={list(self.caps)}"
+
+    def effective_caps(self) -> tuple[int, ...]:
+        """``K[s]`` with "no cap" written as ``B`` (every cap >= B gives the GPipe lists)."""
+        return self.caps if self.caps is not None else (self.B,) * self.S
+
+    def with_caps(self, caps: Sequence[int] | None) -> Plan:
+        """The same partitions and mode with other in-flight caps (None: uncapped)."""
+        return Plan(fwd=self.fwd, bwd=self.bwd, mode=self.mode, meta=dict(self.meta),
+                    caps=None if caps is None else tuple(caps))
 
     # ----------------------------------------------------------------- validation
     def _check_shape(self) -> None:
@@ -192,6 +221,7 @@ class Plan:
             "mode": self.mode,
             "fwd": [list(p) for p in self.fwd],
             "bwd": [list(q) for q in self.bwd],
+            **({} if self.caps is None else {"caps": list(self.caps)}),
             "meta": dict(self.meta),
         }
 
@@ -208,7 +238,7 @@ class Plan:
                 raise PlanError(f"{where}: missing field {key!r}")
         try:
             plan = cls(fwd=data["fwd"], bwd=data["bwd"], mode=data["mode"],
-                       meta=dict(data.get("meta", {})))
+                       meta=dict(data.get("meta", {})), caps=data.get("caps"))
         except PlanError as exc:
             raise PlanError(f"{where}: {exc}") from exc
         except TypeError as exc:
@@ -258,6 +288,6 @@ def parse_plan_spec(spec: str, problem: Problem, mode: str | None = None) -> tup
         )
     plan = Plan.load(path)
     if mode is not None and mode != plan.mode:
-        plan = Plan(fwd=plan.fwd, bwd=plan.bwd, mode=mode, meta=plan.meta)
-    schedule = str(plan.meta.get("schedule", "gpipe"))
+        plan = Plan(fwd=plan.fwd, bwd=plan.bwd, mode=mode, meta=plan.meta, caps=plan.caps)
+    schedule = str(plan.meta.get("schedule", "gpipe" if plan.caps is None else "capped"))
     return plan.validate(problem), schedule

@@ -71,6 +71,8 @@ class StageMemory:
     param_bytes: float
     saved_act_bytes_per_sample: float
     input_bytes_per_sample: float
+    #: the stage's device memory (bytes) when known: a cap for planning (docs/SCHEDULES.md §4)
+    capacity_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,10 @@ class Problem:
                     v = getattr(st.memory, f_)
                     if not _is_finite(v) or v < 0:
                         fail(f"stage {s} field 'memory.{f_}' must be >= 0, got {v!r}")
+                cap = st.memory.capacity_bytes
+                if cap is not None and not _is_pos(cap):
+                    fail(f"stage {s} field 'memory.capacity_bytes' must be positive bytes, "
+                         f"got {cap!r}")
         if len(self.links) != len(self.stages) - 1:
             fail(
                 f"field 'links' has {len(self.links)} entries; expected S-1 = "
@@ -296,6 +302,8 @@ class Problem:
                     "saved_act_bytes_per_sample": st.memory.saved_act_bytes_per_sample,
                     "input_bytes_per_sample": st.memory.input_bytes_per_sample,
                 }
+                if st.memory.capacity_bytes is not None:
+                    d["memory"]["capacity_bytes"] = st.memory.capacity_bytes
             if st.extra:
                 d["extra"] = dict(st.extra)
             stages.append(d)
@@ -360,6 +368,7 @@ class Problem:
                         param_bytes=mem["param_bytes"],
                         saved_act_bytes_per_sample=mem["saved_act_bytes_per_sample"],
                         input_bytes_per_sample=mem["input_bytes_per_sample"],
+                        capacity_bytes=mem.get("capacity_bytes"),
                     )
                 except (KeyError, TypeError) as exc:
                     fail(f"stage {s} field 'memory' is missing {exc}")

@@ -20,9 +20,10 @@ from dataclasses import asdict, dataclass, field
 from itertools import accumulate
 from typing import Any
 
+from .memory import capacities, memory_figures, peak_memory
 from .plan import Plan
 from .problem import Problem
-from .schedules import Op, build_schedule
+from .schedules import Op, build_schedule, schedule_of
 
 __all__ = ["OpTiming", "SimulationError", "Timeline", "Transfer", "gpipe_recurrence", "simulate"]
 
@@ -76,14 +77,17 @@ class Timeline:
     bubble: list[float]
     peak_memory: list[float] | None = None
     stage_end: list[float] = field(default_factory=list)
-    capacity: float | None = None
+    #: per-stage memory caps in bytes (``--memory-cap``, stage or device capacity); None: none
+    capacity: list[float] | None = None
+    #: per-stage in-flight caps the schedule used (samples; None for gpipe/1f1b)
+    caps: list[int] | None = None
 
     @property
     def fits_memory(self) -> bool | None:
-        """Whether every stage's peak stays within the device capacity (None: unknown)."""
+        """Whether every stage's peak stays within its cap (None: no figures or no cap)."""
         if self.peak_memory is None or self.capacity is None:
             return None
-        return max(self.peak_memory) <= self.capacity
+        return all(p <= c for p, c in zip(self.peak_memory, self.capacity))
 
     def to_dict(self, with_events: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -92,6 +96,7 @@ class Timeline:
             "mode": self.mode,
             "iteration_time": self.iteration_time,
             "fits_memory": self.fits_memory,
+            "caps": self.caps,
             "stages": [
                 {
                     "stage": s,
@@ -100,12 +105,18 @@ class Timeline:
                     "bubble_fraction": self.bubble[s],
                     "end_time": self.stage_end[s],
                     "peak_memory_bytes": None if self.peak_memory is None else self.peak_memory[s],
+                    "memory_cap_bytes": None if self.capacity is None else self.capacity[s],
                 }
                 for s in range(len(self.busy))
             ],
         }
         if with_events:
             out["ops"] = [asdict(o) for o in self.ops]
+            out["stage_ops"] = [
+                [o.label for o in sorted((o for o in self.ops if o.stage == s and o.kind != "O"),
+                                         key=lambda o: o.t0)]
+                for s in range(len(self.busy))
+            ]
             out["transfers"] = [asdict(t) for t in self.transfers]
         return out
 
@@ -117,10 +128,15 @@ def _prefix(sizes: tuple[int, ...]) -> list[int]:
 def simulate(
     problem: Problem,
     plan: Plan,
-    schedule: str = "gpipe",
+    schedule: str | None = None,
     ops: list[list[Op]] | None = None,
+    memory_cap: float | None = None,
 ) -> Timeline:
     """Simulate one iteration of ``plan`` on ``problem`` under ``schedule`` (MODEL.md §4).
+
+    ``schedule`` None: the plan's own (``capped`` when it carries in-flight caps, else
+    ``gpipe``; docs/SCHEDULES.md). ``memory_cap`` (bytes, every stage) overrides the problem's
+    stage/device capacities for :attr:`Timeline.fits_memory`.
 
     Dependencies: a forward of samples ``[a, b)`` on stage ``s > 0`` waits for the upstream
     transfer that carries sample ``b-1``; a backward waits for the downstream gradient transfer
@@ -131,6 +147,8 @@ def simulate(
     S, mode = problem.S, plan.mode
     tb = problem.tables()
     fwd_t, bwd_t, act_t, grad_t = tb.fwd, tb.backward(mode), tb.act, tb.grad
+    if schedule is None:
+        schedule = schedule_of(plan)
     if ops is None:
         ops = build_schedule(schedule, plan)
     A = [_prefix(p) for p in plan.fwd]
@@ -214,6 +232,7 @@ def simulate(
         placed.append(OpTiming(s, "O", 0, 0, problem.B, t0, t1))
         stage_end.append(t1)
     T = max(stage_end)
+    figs = memory_figures(problem, mode)
     bubble = [1.0 - b / T if T > 0 else 0.0 for b in busy]
     return Timeline(
         problem=problem.name,
@@ -224,43 +243,11 @@ def simulate(
         transfers=transfers,
         busy=busy,
         bubble=bubble,
-        peak_memory=_peak_memory(problem, mode, ops),
+        peak_memory=None if figs is None else peak_memory(figs, ops),
         stage_end=stage_end,
-        capacity=problem.device_capacity,
+        capacity=capacities(problem, memory_cap),
+        caps=list(plan.caps) if schedule.lower() == "capped" and plan.caps is not None else None,
     )
-
-
-def _peak_memory(problem: Problem, mode: str, ops: list[list[Op]]) -> list[float] | None:
-    """Peak bytes per stage: parameters + stashed data, walking each stage's op list.
-
-    stash: a forward of m samples keeps ``saved_act * m`` until its backward ends.
-    recompute: a forward keeps only its inputs (``input * m``); a backward of q samples holds
-    ``saved_act * q`` while it runs, then frees that and the q stashed inputs.
-    """
-    if any(st.memory is None for st in problem.stages):
-        return None
-    peaks = []
-    for s, row in enumerate(ops):
-        mem = problem.stages[s].memory
-        assert mem is not None
-        live = peak = 0.0
-        for op in row:
-            m = op.size
-            if mode == "stash":
-                if op.kind == "F":
-                    live += mem.saved_act_bytes_per_sample * m
-                    peak = max(peak, live)
-                else:
-                    live -= mem.saved_act_bytes_per_sample * m
-            else:
-                if op.kind == "F":
-                    live += mem.input_bytes_per_sample * m
-                    peak = max(peak, live + mem.saved_act_bytes_per_sample * m)
-                else:
-                    peak = max(peak, live + mem.saved_act_bytes_per_sample * m)
-                    live -= mem.input_bytes_per_sample * m
-        peaks.append(mem.param_bytes + peak)
-    return peaks
 
 
 def gpipe_recurrence(problem: Problem, plan: Plan) -> float:
