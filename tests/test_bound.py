@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from umpipe_bench.bound import lower_bound, min_composition_cost, stage_bound
+from umpipe_bench.bound import (
+    gap_to_bound,
+    lower_bound,
+    min_composition_cost,
+    named_lower_bound,
+    stage_bound,
+)
 from umpipe_bench.plan import Plan, bits_to_sizes
 from umpipe_bench.planners.base import PlannerError
 from umpipe_bench.planners.reference import best_edp, edp_times
@@ -85,6 +91,14 @@ def test_parts_of_the_bound():
     assert bd.work == (12.0, 12.0, 12.0)
     assert bd.tail == (0.5, 2.5, 4.5)
     assert bd.critical == "stage 2" and bd.value == 18.5
+
+
+def test_gap_and_named_bound():
+    p = synthetic_problem(4, 16, 0)
+    lb = lower_bound(p, "stash")
+    assert gap_to_bound(p, "stash", 2 * lb) == pytest.approx(1.0)
+    assert named_lower_bound("sim-s4-b16-s0", "stash") == lb
+    assert named_lower_bound("no-such-problem", "stash") is None
 
 
 def test_unknown_mode_is_refused():

@@ -35,7 +35,8 @@ import numpy as np
 from .plan import MODES
 from .problem import Problem
 
-__all__ = ["Bound", "lower_bound", "min_composition_cost", "stage_bound"]
+__all__ = ["Bound", "gap_to_bound", "lower_bound", "min_composition_cost", "named_lower_bound",
+           "stage_bound"]
 
 
 def min_composition_cost(cost: np.ndarray) -> np.ndarray:
@@ -121,3 +122,20 @@ def stage_bound(problem: Problem, mode: str = "stash") -> Bound:
 def lower_bound(problem: Problem, mode: str = "stash") -> float:
     """A lower bound on T of every plan and schedule of the family (docs/SIMNETS.md)."""
     return stage_bound(problem, mode).value
+
+
+def gap_to_bound(problem: Problem, mode: str, T: float) -> float:
+    """``T / lower_bound - 1``: at most how far ``T`` is above the optimum (0.25 = 25 %)."""
+    return T / lower_bound(problem, mode) - 1.0
+
+
+def named_lower_bound(name: str, mode: str) -> float | None:
+    """The bound of a registered problem or problem file by name (for reports over stored
+    rows); None when the name no longer loads."""
+    from .registry import get_problem
+
+    try:
+        problem = get_problem(name)
+    except (KeyError, ValueError, OSError):
+        return None
+    return lower_bound(problem, mode)
