@@ -139,3 +139,17 @@ def test_slowlink_slows_links_only():
     p0, p1 = family_problem("slowlink", 4, 8, 0.0, 0), family_problem("slowlink", 4, 8, 1.0, 0)
     assert p0.tables().fwd.tobytes() == p1.tables().fwd.tobytes()
     assert all(b.bandwidth < a.bandwidth for a, b in zip(p0.links, p1.links))
+
+
+def test_contrast_case_pays_by_construction():
+    """Host-bound stages in one call, memory-cliff stages at the cliff's size: one plan, known
+    in advance, that no equal split comes near (docs/SIMNETS.md, "Where +100 % appears")."""
+    from umpipe_bench.plan import Plan
+    from umpipe_bench.simnets import contrast_problem
+    from umpipe_bench.simulator import gpipe_recurrence
+
+    p = contrast_problem(4, 64)
+    parts = tuple((64,) if s % 2 == 0 else (8,) * 8 for s in range(4))
+    T = gpipe_recurrence(p, Plan(fwd=parts, bwd=parts, mode="stash"))
+    assert best_edp(p, "stash", "gpipe")[1] / T - 1 > 1.0
+    assert best_edp(p, "stash", "1f1b")[1] / T - 1 > 1.0

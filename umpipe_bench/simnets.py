@@ -37,7 +37,7 @@ import numpy as np
 
 from .problem import Link, Problem, StageCosts, StageMemory
 
-__all__ = ["FAMILIES", "family_problem"]
+__all__ = ["FAMILIES", "contrast_problem", "family_problem"]
 
 FAMILIES = ("knee", "launch", "cache", "weights", "slowgpu", "slowlink", "mix")
 
@@ -168,4 +168,38 @@ def family_problem(
         },
         description=f"simulation network, family {family}{' (decorrelated)' * decorrelated}, "
         f"S={S}, B={B}, h={h:g}, seed={seed}",
+    ).validate()
+
+
+def contrast_problem(S: int, B: int, launch: float = 2e-2, cliff: float = 49.0,
+                     cliff_at: float = 8.0) -> Problem:
+    """The constructed extreme beyond the families (docs/SIMNETS.md, "Where +100 % appears").
+
+    Even stages are host-bound: ``launch`` seconds per call (20 ms: 100 samples' worth of the
+    base stage's work). Odd stages fall off a memory cliff: past ``cliff_at`` samples the cost
+    of each further sample grows by ``cliff`` times the base work per ``cliff_at`` samples (49:
+    about the ratio of HBM3 to PCIe 5 bandwidth, activations spilled to host memory). Links,
+    optimizer and base work as in the families.
+    """
+    if S < 1 or B < 1:
+        raise ValueError(f"contrast_problem needs S >= 1 and B >= 1, got S={S}, B={B}")
+    m = np.arange(1, B + 1, dtype=np.float64)
+    stages = []
+    for s in range(S):
+        c, g = (launch, 0.0) if s % 2 == 0 else (LAUNCH, cliff)
+        fwd = _curve(m, 1.0, c, WORK, 1.0, g, cliff_at, 0.0, 1.0)
+        bwd = _curve(m, BWD_RATIO, c, WORK, 1.0, g, cliff_at, 0.0, 3.0)
+        stages.append(StageCosts(fwd=tuple(fwd.tolist()), bwd=tuple(bwd.tolist()),
+                                 rbwd=tuple((fwd + bwd).tolist()), opt=OPT,
+                                 name="host" if s % 2 == 0 else "cliff"))
+    link = Link(act_bytes=ACT_BYTES, grad_bytes=ACT_BYTES, latency=NVLINK_LAT,
+                bandwidth=NVLINK_BW)
+    return Problem(
+        name=f"contrast-s{S}-b{B}", B=B, sizes=tuple(range(1, B + 1)), stages=tuple(stages),
+        links=(link,) * (S - 1),
+        provenance={"source": "synthetic", "device": "constructed extreme",
+                    "generator": "umpipe_bench.simnets.contrast_problem", "launch": launch,
+                    "cliff": cliff, "cliff_at": cliff_at},
+        description=f"host-bound stages ({launch * 1e3:g} ms per call) alternating with "
+        f"memory-cliff stages (x{cliff:g} past {cliff_at:g} samples), S={S}, B={B}",
     ).validate()
