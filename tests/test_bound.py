@@ -146,6 +146,21 @@ def test_never_above_random_plans_in_random_schedules(seed, mode, family, h):
     assert lb <= T * (1 + REL)
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), mode=st.sampled_from(MODES),
+       family=st.sampled_from(FAMILIES))
+def test_never_above_the_capped_family(seed, mode, family):
+    """Any plan under any in-flight caps (docs/SCHEDULES.md's family rule): T >= the bound."""
+    rng = np.random.default_rng(seed)
+    S, B = int(rng.integers(1, 6)), int(rng.integers(1, 12))
+    p = family_problem(family, S, B, 1.0, seed % 5)
+    fb = rng.integers(0, 2, (S, B - 1))
+    bb = fb if mode == "stash" else rng.integers(0, 2, (S, B - 1))
+    caps = tuple(int(k) for k in rng.integers(1, B + 1, S))
+    plan = Plan.from_bits(fb, bb, mode).with_caps(caps)
+    assert lower_bound(p, mode) <= simulate(p, plan, "capped").iteration_time * (1 + REL)
+
+
 # ------------------------------------------------------------ the contract over every planner
 CONTRACT_PROBLEMS = {
     "sim-s2-b5": lambda: synthetic_problem(2, 5, 0),
