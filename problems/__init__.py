@@ -22,5 +22,6 @@ def profiled() -> dict[str, Callable[[], Problem]]:
 
 
 def synthetic() -> dict[str, Callable[[], Problem]]:
-    """The named simulation networks ``sim-s{S}-b{B}-s{seed}``."""
+    """The listed simulation networks ``sim-s{S}-b{B}-s{seed}``; the mapping also resolves
+    every other name of its patterns, including the hardware families (docs/SIMNETS.md)."""
     return sim_registry()

@@ -14,6 +14,10 @@ forward and backward prefer different sizes (what the dual chromosome exploits).
 backward is forward + backward. Every size ``1..B`` is tabulated exactly (no interpolation
 error). Links get a latency of 0.05-1 ms and 0.1-4 MB/sample at 1-10 GB/s.
 
+This is the default family of the open names ``sim-s{S}-b{B}-s{seed}`` (:mod:`.simnames`);
+the hardware-grounded families with a heterogeneity knob are in :mod:`.simnets`
+(docs/SIMNETS.md).
+
 This module imports no torch.
 """
 
@@ -24,6 +28,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .problem import Link, Problem, StageCosts, StageMemory
+from .simnames import OpenNames, sim_name
 
 __all__ = [
     "FAMILIES", "SIM_BATCHES", "SIM_SEEDS", "SIM_STAGES", "SIM_TINY", "sim_name", "sim_registry",
@@ -125,16 +130,15 @@ def synthetic_problem(
     ).validate()
 
 
-def sim_name(S: int, B: int, seed: int) -> str:
-    return f"sim-s{S}-b{B}-s{seed}"
-
-
 def sim_registry() -> dict[str, Callable[[], Problem]]:
-    """The named synthetic instances ``sim-s{S}-b{B}-s{seed}`` (generated on demand): every
-    S in SIM_STAGES x B in SIM_BATCHES, plus the tiny SIM_TINY ones for exact optima."""
+    """The listed synthetic instances ``sim-s{S}-b{B}-s{seed}`` (generated on demand): every
+    S in SIM_STAGES x B in SIM_BATCHES, plus the tiny SIM_TINY ones for exact optima.
+
+    The returned :class:`.simnames.OpenNames` also resolves every other name of its patterns
+    (any size and seed within the limits, and the hardware families of docs/SIMNETS.md)."""
     shapes = [(S, B) for S in SIM_STAGES for B in SIM_BATCHES] + list(SIM_TINY)
-    return {
+    return OpenNames({
         sim_name(S, B, seed): (lambda S=S, B=B, seed=seed: synthetic_problem(S, B, seed))
         for S, B in shapes
         for seed in SIM_SEEDS
-    }
+    })
