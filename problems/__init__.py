@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 
 from umpipe_bench.problem import Problem
-from umpipe_bench.synthetic import sim_registry
+from umpipe_bench.simnames import sim_registry
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 

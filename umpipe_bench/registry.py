@@ -20,6 +20,7 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
+from .errors import UnknownNameError
 from .problem import Problem
 
 __all__ = [
@@ -73,7 +74,7 @@ def _problem_loader(name: str) -> Callable[[], Problem]:
         if loader is not None:
             return loader
     close = difflib.get_close_matches(key, list(table), n=5, cutoff=0.5)
-    raise KeyError(
+    raise UnknownNameError(
         f"unknown problem {name!r}; names: {', '.join(problem_patterns())}, a committed profile "
         f"or a problem file (.json); closest: {', '.join(close) or 'none'} ('umpipe-bench "
         "problems' lists them all)")
@@ -86,7 +87,8 @@ def problem_names() -> list[str]:
 def _lookup(kind: str, table: dict[str, Any], name: str) -> Any:
     key = name.lower()
     if key not in table:
-        raise KeyError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(table))}")
+        raise UnknownNameError(
+            f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(table))}")
     return table[key]
 
 

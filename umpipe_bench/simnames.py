@@ -20,9 +20,12 @@ from collections.abc import Callable
 from functools import partial
 
 from .problem import Problem, ProblemError
+from .simnets import FAMILIES, family_name, family_problem
+from .synthetic import SIM_BATCHES, SIM_SEEDS, SIM_STAGES, SIM_TINY, sim_name, synthetic_problem
 
 __all__ = [
     "LIMITS", "PATTERNS", "OpenNames", "family_name", "parse_sim_name", "sim_name",
+    "sim_registry",
 ]
 
 #: Inclusive limits of the open names: ``(low, high)``.
@@ -33,17 +36,6 @@ PATTERNS = (
 )
 _LEGACY = re.compile(r"^sim-s(\d+)-b(\d+)-s(\d+)$")
 _FAMILY = re.compile(r"^sim-([a-z]+)(-dc)?-s(\d+)-b(\d+)-h(\d+(?:\.\d+)?)-s(\d+)$")
-
-
-def sim_name(S: int, B: int, seed: int) -> str:
-    """The name of the original generator's network ``sim-s{S}-b{B}-s{seed}``."""
-    return f"sim-s{S}-b{B}-s{seed}"
-
-
-def family_name(family: str, S: int, B: int, h: float, seed: int,
-                decorrelated: bool = False) -> str:
-    """The canonical name of a family network, e.g. ``sim-knee-s8-b64-h0.5-s3``."""
-    return f"sim-{family}{'-dc' * decorrelated}-s{S}-b{B}-h{h:g}-s{seed}"
 
 
 def _check(name: str, field: str, value: int) -> int:
@@ -64,14 +56,10 @@ def parse_sim_name(name: str) -> Callable[[], Problem] | None:
     m = _LEGACY.match(key)
     if m:
         S, B, seed = (_check(name, f, int(v)) for f, v in zip(("S", "B", "seed"), m.groups()))
-        from .synthetic import synthetic_problem
-
         return partial(synthetic_problem, S, B, seed)
     m = _FAMILY.match(key)
     if not m:
         return None
-    from .simnets import FAMILIES, family_problem
-
     family, dc, S_, B_, h_, seed_ = m.groups()
     if family not in FAMILIES:
         raise ProblemError(
@@ -93,3 +81,17 @@ class OpenNames(dict):  # type: ignore[type-arg]
     def resolve(self, name: str) -> Callable[[], Problem] | None:
         """A loader for ``name`` if it fits a pattern (limits checked), else None."""
         return self.get(name.lower()) or parse_sim_name(name)
+
+
+def sim_registry() -> dict[str, Callable[[], Problem]]:
+    """The listed synthetic instances ``sim-s{S}-b{B}-s{seed}`` (generated on demand): every
+    S in SIM_STAGES x B in SIM_BATCHES, plus the tiny SIM_TINY ones for exact optima.
+
+    The returned :class:`OpenNames` also resolves every other name of its patterns (any size
+    and seed within the limits, and the hardware families of docs/SIMNETS.md)."""
+    shapes = [(S, B) for S in SIM_STAGES for B in SIM_BATCHES] + list(SIM_TINY)
+    return OpenNames({
+        sim_name(S, B, seed): (lambda S=S, B=B, seed=seed: synthetic_problem(S, B, seed))
+        for S, B in shapes
+        for seed in SIM_SEEDS
+    })

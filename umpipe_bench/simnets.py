@@ -37,6 +37,12 @@ import numpy as np
 
 from .problem import Link, Problem, StageCosts, StageMemory
 
+
+def family_name(family: str, S: int, B: int, h: float, seed: int,
+                decorrelated: bool = False) -> str:
+    """The canonical name of a family network, e.g. ``sim-knee-s8-b64-h0.5-s3``."""
+    return f"sim-{family}{'-dc' * decorrelated}-s{S}-b{B}-h{h:g}-s{seed}"
+
 __all__ = ["FAMILIES", "contrast_problem", "family_problem"]
 
 FAMILIES = ("knee", "launch", "cache", "weights", "slowgpu", "slowlink", "mix")
@@ -152,7 +158,6 @@ def family_problem(
             latency=NVLINK_LAT + x * (SLOW_LINK_LAT - NVLINK_LAT),
             bandwidth=1.0 / (1.0 / NVLINK_BW + x * (1.0 / SLOW_LINK_BW - 1.0 / NVLINK_BW)),
         ))
-    from .simnames import family_name
 
     return Problem(
         name=name or family_name(family, S, B, h, seed, decorrelated),

@@ -23,15 +23,12 @@ This module imports no torch.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from .problem import Link, Problem, StageCosts, StageMemory
-from .simnames import OpenNames, sim_name
 
 __all__ = [
-    "FAMILIES", "SIM_BATCHES", "SIM_SEEDS", "SIM_STAGES", "SIM_TINY", "sim_name", "sim_registry",
+    "FAMILIES", "SIM_BATCHES", "SIM_SEEDS", "SIM_STAGES", "SIM_TINY", "sim_name",
     "synthetic_problem",
 ]
 
@@ -130,15 +127,6 @@ def synthetic_problem(
     ).validate()
 
 
-def sim_registry() -> dict[str, Callable[[], Problem]]:
-    """The listed synthetic instances ``sim-s{S}-b{B}-s{seed}`` (generated on demand): every
-    S in SIM_STAGES x B in SIM_BATCHES, plus the tiny SIM_TINY ones for exact optima.
-
-    The returned :class:`.simnames.OpenNames` also resolves every other name of its patterns
-    (any size and seed within the limits, and the hardware families of docs/SIMNETS.md)."""
-    shapes = [(S, B) for S in SIM_STAGES for B in SIM_BATCHES] + list(SIM_TINY)
-    return OpenNames({
-        sim_name(S, B, seed): (lambda S=S, B=B, seed=seed: synthetic_problem(S, B, seed))
-        for S, B in shapes
-        for seed in SIM_SEEDS
-    })
+def sim_name(S: int, B: int, seed: int) -> str:
+    """The name of the original generator's network ``sim-s{S}-b{B}-s{seed}``."""
+    return f"sim-s{S}-b{B}-s{seed}"
