@@ -32,14 +32,15 @@ class _Construction(Planner):
 
 
 class LocalGreedy(_Construction):
-    """Each stage its own best size per sample, repeated, remainder last (MODEL.md §2)."""
+    """Each stage its own best size per sample, repeated, remainder last (docs/MODEL.md §2)."""
 
     name = "local-greedy"
     build = staticmethod(local_greedy_plan)
 
 
 class GreedyDP(_Construction):
-    """Stage by stage exact prefix DP given the times fixed upstream/downstream (MODEL.md §4)."""
+    """Stage by stage exact prefix DP given the times fixed upstream/downstream
+    (docs/MODEL.md §4)."""
 
     name = "greedy-dp"
     build = staticmethod(greedy_dp_plan)

@@ -73,7 +73,7 @@ def _identical_linear(S: int, B: int, f: float, b: float, opt: float):
 @pytest.mark.parametrize("S,B,opt", [(1, 5, 0.0), (4, 9, 0.0), (6, 16, 0.3)])
 @pytest.mark.parametrize("mode", MODES)
 def test_tight_on_identical_linear_stages(S, B, opt, mode):
-    """Known by construction: EDP(B) gives (B+S-1)(f+b) + opt (MODEL.md §4), and so does the
+    """Known by construction: EDP(B) gives (B+S-1)(f+b) + opt (docs/MODEL.md §4), and so does the
     bound at the last stage: (S-1) f to arrive, B (f+b) of work, (S-1) b down, then opt."""
     f, b = 1.0, 2.0
     p = _identical_linear(S, B, f, b, opt)

@@ -1,4 +1,4 @@
-"""Synthetic problems: the paper's "simulation networks" (MODEL.md §1).
+"""Synthetic problems: the paper's "simulation networks" (docs/MODEL.md §1).
 
 A seeded generator of heterogeneous stages whose cost curves follow the shapes real hardware
 shows, so that stages disagree about their best microbatch size:
