@@ -290,7 +290,7 @@ def gantt_of_best_case(rows: Any, path: Path) -> dict[str, Any]:
     mode = str(r["mode"])
     res = get_planner(str(r["planner"])).plan(p, mode=mode, budget=str(r["budget"]),
                                               seed=int(r["seed"]))
-    tls = [simulate(p, res.plan, "gpipe"),
+    tls = [simulate(p, res.plan, res.schedule),
            simulate(p, Plan.edp(p.S, p.B, int(r["M_gpipe"]), mode), "gpipe"),
            simulate(p, Plan.edp(p.S, p.B, int(r["M_1f1b"]), mode), "1f1b")]
     titles = [f"{p.name} {mode}: {r['planner']} ({res.plan.describe()}, gpipe)",

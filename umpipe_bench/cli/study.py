@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..bench.heterogeneity import DEFAULTS
+from ..errors import UserInputError
 
 
 def _floats(text: str) -> list[float]:
@@ -75,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
 
     for m in args.modes:
         if m not in MODES:
-            raise ValueError(f"--modes: unknown mode {m!r}; expected {', '.join(MODES)}")
+            raise UserInputError(f"--modes: unknown mode {m!r}; expected {', '.join(MODES)}")
     if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+        raise UserInputError(f"--jobs must be >= 1, got {args.jobs}")
     points = study_points(args.stages, args.batches, args.modes, args.families, args.hs,
                           args.seeds)
     if args.list:
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         written = write_outputs(args.out, gantt=not args.no_gantt)
     except FileNotFoundError as exc:
-        raise ValueError(str(exc)) from None  # a user's mistake: one line, exit code 2
+        raise UserInputError(str(exc)) from None  # a user's mistake: one line, exit code 2
     for name, path in written.items():
         print(f"wrote {name}: {path}")
     return 0
