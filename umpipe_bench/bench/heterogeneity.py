@@ -293,7 +293,7 @@ def gantt_of_best_case(rows: Any, path: Path) -> dict[str, Any]:
     tls = [simulate(p, res.plan, res.schedule),
            simulate(p, Plan.edp(p.S, p.B, int(r["M_gpipe"]), mode), "gpipe"),
            simulate(p, Plan.edp(p.S, p.B, int(r["M_1f1b"]), mode), "1f1b")]
-    titles = [f"{p.name} {mode}: {r['planner']} ({res.plan.describe()}, gpipe)",
+    titles = [f"{p.name} {mode}: {r['planner']} ({res.plan.describe()}, {res.schedule})",
               f"best GPipe-EDP, M = {int(r['M_gpipe'])}",
               f"best 1F1B-EDP, M = {int(r['M_1f1b'])}"]
     save_gantt(tls, path, titles=titles, labels=p.S * p.B <= 8 * 64)
