@@ -43,9 +43,8 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulator import gpipe_recurrence, simulate
 from .base import Budget
-from .caps import clamp_caps, extra_family_seeds, memory_cap_limits, random_caps
-from .errors import PlannerError
-from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, population_size
+from .caps import clamp_caps, memory_cap_limits, random_caps
+from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
 from .loop import Evaluate, History, SearchAlgorithm, SearchPlanner
 from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from .operators import list_cap_crossover, list_cap_mutation, list_crossover, list_mutation
@@ -272,8 +271,6 @@ class DGAP(SearchPlanner):
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         s = check_ga_settings(self.name, settings)
         check_schedule_setting(self.name, s)
-        if s["cap_rate"] < 0:
-            raise PlannerError(f"planner {self.name!r}: cap_rate must be >= 0")
         return s
 
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
@@ -285,9 +282,7 @@ class DGAP(SearchPlanner):
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective
                        ) -> SearchAlgorithm:
-        extra = extra_family_seeds(problem, mode) if settings["schedule"] == "family" else 0
-        P = population_size(self.name, problem, settings, budget, extra_seeds=extra)
-        settings["population"] = P
+        P = ga_population(self.name, problem, mode, settings, budget)
         return DGAPEngine(problem, mode, settings, P, seed, objective)
 
     def finish(self, history: History, algo: SearchAlgorithm) -> None:

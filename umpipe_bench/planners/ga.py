@@ -71,7 +71,9 @@ def min_population(settings: dict[str, Any]) -> int:
 
 def check_schedule_setting(planner: str, settings: dict[str, Any]) -> None:
     """``schedule`` is ``family`` (needs the numba evaluator: backend auto or numba) or
-    ``gpipe`` (docs/SCHEDULES.md)."""
+    ``gpipe`` (docs/SCHEDULES.md); ``cap_rate`` is >= 0."""
+    if settings["cap_rate"] < 0:
+        raise PlannerError(f"planner {planner!r}: cap_rate must be >= 0")
     if settings["schedule"] not in ("family", "gpipe"):
         raise PlannerError(f"planner {planner!r}: schedule must be 'family' or 'gpipe', got "
                            f"{settings['schedule']!r}")
@@ -81,6 +83,18 @@ def check_schedule_setting(planner: str, settings: dict[str, Any]) -> None:
             f"planner {planner!r}: backend {settings['backend']!r} evaluates the GPipe "
             "schedule only; the schedule family needs backend auto or numba (or set "
             "schedule=gpipe)")
+
+
+def ga_population(planner: str, problem: Problem, mode: str, settings: dict[str, Any],
+                  budget: Budget) -> int:
+    """:func:`population_size` with the schedule family's extra seeds counted, recorded in
+    ``settings["population"]``."""
+    from .caps import extra_family_seeds
+
+    extra = extra_family_seeds(problem, mode) if settings["schedule"] == "family" else 0
+    P = population_size(planner, problem, settings, budget, extra_seeds=extra)
+    settings["population"] = P
+    return P
 
 
 def population_size(planner: str, problem: Problem, settings: dict[str, Any],

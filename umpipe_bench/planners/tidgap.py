@@ -37,10 +37,10 @@ import numpy as np
 
 from ..problem import Problem
 from .base import Budget, PlannerError
-from .caps import clamp_caps, extra_family_seeds, memory_cap_limits, random_caps
+from .caps import clamp_caps, memory_cap_limits, random_caps
 from .encoding import random_bits
 from .evaluator import BACKENDS
-from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, population_size
+from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
 from .loop import Evaluate, SearchAlgorithm, SearchPlanner
 from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from .seeding import add_family_seeds, initial_population, seed_plans
@@ -280,8 +280,6 @@ class TiDGAP(SearchPlanner):
         if s["threads"] < 1:
             raise PlannerError(f"planner {self.name!r}: threads must be >= 1")
         check_schedule_setting(self.name, s)
-        if s["cap_rate"] < 0:
-            raise PlannerError(f"planner {self.name!r}: cap_rate must be >= 0")
         return s
 
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
@@ -293,7 +291,5 @@ class TiDGAP(SearchPlanner):
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective
                        ) -> SearchAlgorithm:
-        extra = extra_family_seeds(problem, mode) if settings["schedule"] == "family" else 0
-        P = population_size(self.name, problem, settings, budget, extra_seeds=extra)
-        settings["population"] = P
+        P = ga_population(self.name, problem, mode, settings, budget)
         return TiDGAPEngine(problem, mode, settings, P, seed, objective)
