@@ -10,6 +10,14 @@ a multiple of 32). No BatchNorm and dropout 0: each sample's output depends on t
 ``vgg16-mini`` keeps the 16-layer structure with 40/64 of the channels, a 32-pixel image, narrow
 fc layers and 10 classes so a fwd+bwd iteration at B = 32 takes about half a second on one core.
 
+``vgg16-hr`` is VGG16 at a high resolution and a narrow width (128 px, 16 channels in the first
+conv, the full 4096-wide classifier and 1000 classes): the workload of issue 14, chosen because
+its two halves want opposite microbatch sizes on one CPU core. The early convolutions work on
+large activations (1 MiB per sample after the first conv), so a large microbatch no longer fits
+in the caches and costs more per sample; the classifier's backward reads and writes its 25 M
+weights once per call whatever the microbatch (about 0.1 s per call), so it wants few calls.
+How it was chosen: results/real/README.md.
+
 ``loss`` is the SUM over samples of each sample's cross-entropy (callers divide by B).
 """
 
@@ -24,7 +32,9 @@ from torch import nn
 from problems.models import ModelSpec, merge_config
 from umpipe_bench.errors import UserInputError
 
-__all__ = ["MODELS", "VGG16_CONFIG", "VGG16_MINI_CONFIG", "loss", "resolve_config"]
+__all__ = [
+    "MODELS", "VGG16_CONFIG", "VGG16_HR_CONFIG", "VGG16_MINI_CONFIG", "loss", "resolve_config",
+]
 
 # Output channels of the 13 conv layers as multiples of "width"; "M" marks a folded max-pool.
 _PLAN: tuple[int | str, ...] = (1, 1, "M", 2, 2, "M", 4, 4, 4, "M", 8, 8, 8, "M", 8, 8, 8, "M")
@@ -37,6 +47,8 @@ VGG16_CONFIG: dict[str, Any] = {
 }
 
 VGG16_MINI_CONFIG: dict[str, Any] = {"image": 32, "width": 40, "fc": 512, "classes": 10}
+
+VGG16_HR_CONFIG: dict[str, Any] = {"image": 128, "width": 16, "fc": 4096, "classes": 1000}
 
 
 def resolve_config(config: dict[str, Any] | None, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -131,5 +143,12 @@ MODELS: dict[str, ModelSpec] = {
         _sampler(VGG16_MINI_CONFIG),
         loss,
         dict(VGG16_MINI_CONFIG),
+    ),
+    "vgg16-hr": ModelSpec(
+        "vgg16-hr",
+        _builder(VGG16_HR_CONFIG),
+        _sampler(VGG16_HR_CONFIG),
+        loss,
+        dict(VGG16_HR_CONFIG),
     ),
 }
