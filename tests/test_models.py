@@ -143,3 +143,18 @@ def test_tiny_known_work_is_the_number_of_matmuls():
 def test_config_errors_name_the_field(name, config, match):
     with pytest.raises(ValueError, match=match):
         get_model(name).build(config, torch.float32, 0)
+
+
+def test_vgg16_hr_is_vgg16_at_high_resolution_narrow_width():
+    """The issue-14 workload: VGG16's 16 layers at 128 px, width 16, the 4096-wide classifier."""
+    spec = get_model("vgg16-hr")
+    assert spec.default_config == {"image": 128, "width": 16, "fc": 4096, "classes": 1000}
+    layers = spec.build(None, torch.float32, 0)
+    assert len(layers) == 16
+    assert layers[0].conv.out_channels == 16
+    assert layers[13].fc.in_features == 8 * 16 * 4 * 4  # 8 * width * (image / 32) ** 2
+    assert layers[14].fc.weight.shape == (4096, 4096)
+    x, y = spec.sample_batch(2, None, 0, torch.float32)
+    assert x.shape == (2, 3, 128, 128) and y.shape == (2,)
+    # vgg16 itself is unchanged
+    assert get_model("vgg16").default_config == VGG16_CONFIG
