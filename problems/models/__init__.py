@@ -22,6 +22,7 @@ _MODULES: dict[str, str] = {
     "vgg16": "problems.models.vgg16",
     "vgg16-mini": "problems.models.vgg16",
     "vgg16-hr": "problems.models.vgg16",
+    "vgg16-stem": "problems.models.vgg16",
     "tiny-mlp": "problems.models.tiny",
     "tiny-known": "problems.models.known",
 }
