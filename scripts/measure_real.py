@@ -45,6 +45,10 @@ from umpipe_bench.runtime.report import write_csv  # noqa: E402
 from umpipe_bench.runtime.stats import bootstrap_median, paired_ratios  # noqa: E402
 from umpipe_bench.simulator import simulate  # noqa: E402
 
+#: files under --out appended to README.md after the per-problem tables
+SECTIONS = ("workload.md", "prediction-quality.md", "overheads.md", "gpipe-vs-1f1b.md",
+            "cuda.md")
+
 
 def predict(problem: Problem, plan: Plan, schedule: str) -> float:
     return simulate(problem, plan, schedule).iteration_time
@@ -419,6 +423,11 @@ def main() -> int:
     # the report covers every problem measured so far in this folder (latest run of each)
     results = {p.stem: json.loads(p.read_text()) for p in sorted(Path(args.out).glob("*.json"))}
     md = markdown(results)
+    # hand-kept and other scripts' sections (issue 14), in this order, when present
+    for extra in SECTIONS:
+        f = Path(args.out) / extra
+        if f.exists():
+            md += "\n" + f.read_text()
     Path(args.out, "README.md").write_text(md)
     print(md)
     return 0
