@@ -172,6 +172,8 @@ def reprofile(problem: Problem, path: Path) -> Path:
         "--threads", str(prov.get("threads", 1)), "--no-progress",
         *[a for k, v in cfg.items() for a in ("--set", f"{k}={json.dumps(v)}")],
         *(["--co-run"] if prov.get("co_runner") else []),
+        *(["--optimizer", str(prov["optimizer"])] if prov.get("optimizer") else []),
+        *(["--dtype", str(prov["dtype"])] if prov.get("dtype") else []),
         "--name", problem.name, "--out", str(path),
     ]
     print(f"[{problem.name}] re-profiling: {' '.join(cmd[3:])}", flush=True)
