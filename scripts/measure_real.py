@@ -213,6 +213,8 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
         specs.append(save_plan(capped[0], pdir / f"{stem('capped', capped[0])}.json", "capped"))
     # the peer check needs stash EDP plans whose M divides B (pytorch#126600)
     for sched, (p, _t) in (("gpipe", (g_plan, g_t)), ("1f1b", (o_plan, o_t))):
+        if args.no_peer:
+            break
         if p.mode != "stash" or problem.B % len(p.fwd[0]):
             q, _ = best_edp(problem, sched, divides=True)
             specs.append(save_plan(q, pdir / f"{stem(sched, q)}-peer.json", sched))

@@ -82,7 +82,10 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     pdir = Path(args.out) / "scatter" / problem.name
     pdir.mkdir(parents=True, exist_ok=True)
     committed = problem
-    if args.reprofile:
+    fresh = dict(u.split("=", 1) for u in args.use_profile)
+    if problem.name in fresh:
+        problem = Problem.load(fresh[problem.name])
+    elif args.reprofile:
         problem = Problem.load(measure_real.reprofile(problem, pdir / "profile.json"))
     plans = candidate_plans(problem, args)
     files = [measure_real.save_plan(p, pdir / f"{label}.json", sched)
@@ -104,7 +107,8 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     quality = prediction_quality([p["predicted"] for p in pts], [p["measured"] for p in pts])
     data = {
         "problem": problem.name,
-        "profile": "re-profiled (this run)" if args.reprofile else "committed file",
+        "profile": ("fresh file " + fresh[problem.name] if problem.name in fresh
+                    else "re-profiled (this run)" if args.reprofile else "committed file"),
         "iters": args.iters, "warmup": args.warmup,
         "loadavg": {"before": load_before, "after": load_after, "cpus": os.cpu_count()},
         "points": pts, "quality": quality,
@@ -184,10 +188,17 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--reprofile", action="store_true")
+    ap.add_argument("--use-profile", action="append", default=[], metavar="NAME=FILE",
+                    help="predict NAME with this (fresh) problem file instead of re-profiling")
     ap.add_argument("--out", default=str(ROOT / "results" / "real"))
     args = ap.parse_args()
     if args.iters < 1 or args.warmup < 0:
         raise SystemExit("prediction_scatter: --iters must be >= 1 and --warmup >= 0")
+    for u in args.use_profile:
+        name, _, path = u.partition("=")
+        if not name or not Path(path).is_file():
+            raise SystemExit(f"prediction_scatter: --use-profile {u!r}: expected NAME=FILE "
+                             "with an existing file")
     for name in args.problems:
         measure(name, args)
     scatter = Path(args.out) / "scatter"
