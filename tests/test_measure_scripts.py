@@ -70,3 +70,28 @@ def test_op_overheads_ratio_of_measured_to_profiled(problem) -> None:
     assert rows[0]["B_ratio"] == pytest.approx(2.0)
     assert rows[0]["take_ms"] == pytest.approx(4.0)
     assert rows[0]["msgs"] == 4
+
+
+def test_scatter_has_at_least_12_plans_over_both_schedules(problem, tmp_path) -> None:
+    ps = _script("prediction_scatter")
+    import argparse
+
+    args = argparse.Namespace(planner="tidgap", budget="evals:300", seed=0, random=3)
+    plans = ps.candidate_plans(problem, args)
+    assert len(plans) >= 12
+    assert {sched for _, _, sched in plans} >= {"gpipe", "1f1b", "capped"}
+    assert len({label for label, _, _ in plans}) == len(plans)
+    for _, plan, _ in plans:
+        assert all(sum(p) == problem.B for p in plan.fwd)
+    pts = [{"plan": label, "schedule": sched, "predicted": 1.0 + i, "measured": 1.1 + i}
+           for i, (label, _, sched) in enumerate(plans)]
+    data = {"problem": problem.name, "points": pts, "iters": 2,
+            "quality": {"n": len(pts), "spearman": 1.0, "median_abs_error": 0.05,
+                        "worst_abs_error": 0.1, "median_error": 0.05},
+            "quality_committed_profile": {"n": len(pts), "spearman": 1.0,
+                                          "median_abs_error": 0.05, "worst_abs_error": 0.1,
+                                          "median_error": 0.05},
+            "loadavg": {"before": [1.0], "after": [1.0]}, "command": "x", "date": "d"}
+    ps.plot([data], tmp_path / "s.png")
+    assert (tmp_path / "s.png").stat().st_size > 1000
+    assert "| gpt1-mini-s2 | 15 | 1.000 |" in ps.markdown([data])
