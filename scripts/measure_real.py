@@ -149,7 +149,7 @@ def save_plan(plan: Plan, path: Path, schedule: str) -> Path:
     """Plan file whose stem is the label ``execute`` reports it under."""
     meta = dict(plan.meta)
     meta["schedule"] = schedule
-    Plan(fwd=plan.fwd, bwd=plan.bwd, mode=plan.mode, meta=meta).save(path)
+    Plan(fwd=plan.fwd, bwd=plan.bwd, mode=plan.mode, meta=meta, caps=plan.caps).save(path)
     return path
 
 

@@ -95,3 +95,11 @@ def test_scatter_has_at_least_12_plans_over_both_schedules(problem, tmp_path) ->
     ps.plot([data], tmp_path / "s.png")
     assert (tmp_path / "s.png").stat().st_size > 1000
     assert "| gpt1-mini-s2 | 15 | 1.000 |" in ps.markdown([data])
+
+
+def test_save_plan_keeps_the_in_flight_caps(tmp_path) -> None:
+    mr = _script("measure_real")
+    plan = Plan.edp(2, 8, 4, "stash").with_caps((3, 8))
+    path = mr.save_plan(plan, tmp_path / "capped-x.json", "capped")
+    back = Plan.load(path)
+    assert back.caps == (3, 8) and back.meta["schedule"] == "capped"
