@@ -46,8 +46,8 @@ from umpipe_bench.runtime.stats import bootstrap_median, paired_ratios  # noqa: 
 from umpipe_bench.simulator import simulate  # noqa: E402
 
 #: files under --out appended to README.md after the per-problem tables
-SECTIONS = ("workload.md", "prediction-quality.md", "overheads.md", "gpipe-vs-1f1b.md",
-            "cuda.md")
+SECTIONS = ("issue14.md", "workload.md", "prediction-quality.md", "overheads.md",
+            "gpipe-vs-1f1b.md", "cuda.md")
 
 
 def predict(problem: Problem, plan: Plan, schedule: str) -> float:
