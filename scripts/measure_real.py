@@ -12,7 +12,11 @@ For each problem:
    torch.distributed.pipelining on the EDP stash plans (peer check);
 
 then writes ``results/real/<problem>.csv`` / ``.json`` and ``results/real/README.md``.
-Timings on a shared machine are noisy: medians of alternating rounds, paired ratios.
+Timings on a shared machine are noisy: medians of alternating rounds, paired ratios, and (issue
+14) a percentile-bootstrap 95 % interval of each speedup from the per-round ratios
+(umpipe_bench/runtime/stats.py). ``--capped`` adds the best in-flight-capped variant of the
+planned plan (the 1F1B family, docs/SCHEDULES.md); ``--op-times`` keeps every op's timers
+(umpipe_bench/runtime/executor.py) in ``<out>/<problem>/op-times/``.
 """
 
 from __future__ import annotations
@@ -38,7 +42,12 @@ from umpipe_bench.registry import get_planner, get_problem, planner_names  # noq
 from umpipe_bench.runtime.errors import StageFailure  # noqa: E402
 from umpipe_bench.runtime.execution import prepare, run_execution  # noqa: E402
 from umpipe_bench.runtime.report import write_csv  # noqa: E402
+from umpipe_bench.runtime.stats import bootstrap_median, paired_ratios  # noqa: E402
 from umpipe_bench.simulator import simulate  # noqa: E402
+
+#: files under --out appended to README.md after the per-problem tables
+SECTIONS = ("issue14.md", "workload.md", "prediction-quality.md", "overheads.md",
+            "gpipe-vs-1f1b.md", "cuda.md")
 
 
 def predict(problem: Problem, plan: Plan, schedule: str) -> float:
@@ -106,11 +115,41 @@ def planned(problem: Problem, names: list[str], budget: str, seed: int) -> tuple
     return plan, t, f"local search (no planner among {names} registered; 2 x 3000 evals)"
 
 
+def best_capped(problem: Problem, plans: list[Plan]) -> tuple[Plan, float]:
+    """The fastest in-flight-capped variant (docs/SCHEDULES.md) of ``plans``: every cap vector
+    ``K`` in ``1..B`` per stage for S <= 2 (else each stage's cap alike), simulated."""
+    import itertools
+
+    best: tuple[Plan, float] | None = None
+    for plan in plans:
+        grid = (itertools.product(range(1, problem.B + 1), repeat=problem.S) if problem.S <= 2
+                else ((k,) * problem.S for k in range(1, problem.B + 1)))
+        for caps in grid:
+            c = plan.with_caps(caps)
+            t = predict(problem, c, "capped")
+            if best is None or t < best[1]:
+                best = (c, t)
+    assert best is not None
+    return best
+
+
+def intervals(result: dict[str, Any], pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Bootstrap 95 % interval of the median per-round speedup ``base/other`` per pair."""
+    ent = {e["label"]: e for e in result["entries"]}
+    out: dict[str, Any] = {}
+    for base, other in pairs:
+        if base in ent and other in ent:
+            iv = bootstrap_median(paired_ratios(ent[base]["times"], ent[other]["times"]))
+            out[f"{other} vs {base}"] = {"median": iv.median, "low": iv.low, "high": iv.high,
+                                         "level": iv.level, "rounds": iv.n}
+    return out
+
+
 def save_plan(plan: Plan, path: Path, schedule: str) -> Path:
     """Plan file whose stem is the label ``execute`` reports it under."""
     meta = dict(plan.meta)
     meta["schedule"] = schedule
-    Plan(fwd=plan.fwd, bwd=plan.bwd, mode=plan.mode, meta=meta).save(path)
+    Plan(fwd=plan.fwd, bwd=plan.bwd, mode=plan.mode, meta=meta, caps=plan.caps).save(path)
     return path
 
 
@@ -133,6 +172,8 @@ def reprofile(problem: Problem, path: Path) -> Path:
         "--threads", str(prov.get("threads", 1)), "--no-progress",
         *[a for k, v in cfg.items() for a in ("--set", f"{k}={json.dumps(v)}")],
         *(["--co-run"] if prov.get("co_runner") else []),
+        *(["--optimizer", str(prov["optimizer"])] if prov.get("optimizer") else []),
+        *(["--dtype", str(prov["dtype"])] if prov.get("dtype") else []),
         "--name", problem.name, "--out", str(path),
     ]
     print(f"[{problem.name}] re-profiling: {' '.join(cmd[3:])}", flush=True)
@@ -155,6 +196,9 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
     o_plan, o_t = best_edp(problem, "1f1b")
     u_plan, _u_t, how = planned(problem, args.planner, args.budget, args.seed)
     u_sched = str(u_plan.meta.get("schedule", "gpipe"))
+    capped: tuple[Plan, float] | None = None
+    if args.capped:
+        capped = best_capped(problem, [u_plan, o_plan])
 
     def stem(kind: str, p: Plan) -> str:
         edp = f"edp{len(p.fwd[0])}" if p.is_edp() else "uedp"
@@ -165,8 +209,12 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
         save_plan(o_plan, pdir / f"{stem('1f1b', o_plan)}.json", "1f1b"),
         save_plan(u_plan, pdir / f"{stem('planned', u_plan)}.json", u_sched),
     ]
+    if capped is not None:
+        specs.append(save_plan(capped[0], pdir / f"{stem('capped', capped[0])}.json", "capped"))
     # the peer check needs stash EDP plans whose M divides B (pytorch#126600)
     for sched, (p, _t) in (("gpipe", (g_plan, g_t)), ("1f1b", (o_plan, o_t))):
+        if args.no_peer:
+            break
         if p.mode != "stash" or problem.B % len(p.fwd[0]):
             q, _ = best_edp(problem, sched, divides=True)
             specs.append(save_plan(q, pdir / f"{stem(sched, q)}-peer.json", sched))
@@ -182,10 +230,13 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
     )
     iters = args.iters or max(5, min(30, int(args.seconds / max(per_round, 1e-9))))
     print(f"[{problem.name}] {len(specs)} plans, {iters} iterations each", flush=True)
-    ex = prepare(problem, [str(s) for s in specs], iters=iters, warmup=args.warmup, threads=1)
+    ex = prepare(problem, [str(s) for s in specs], iters=iters, warmup=args.warmup, threads=1,
+                 peer=not args.no_peer)
+    env = {"UMPIPE_OP_TIMES": str(pdir / "op-times")} if args.op_times else None
     load_before = os.getloadavg()
     try:
-        result = run_execution(ex)  # a temporary run folder, kept only if the run fails
+        # a temporary run folder, kept only if the run fails
+        result = run_execution(ex, extra_env=env)
     except StageFailure as exc:
         raise SystemExit(f"[{problem.name}] execute failed: {exc}") from None
     load_after = os.getloadavg()
@@ -201,6 +252,10 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
         for s, p in zip(specs, loaded, strict=True)
     }
     data["loadavg"] = {"before": load_before, "after": load_after, "cpus": os.cpu_count()}
+    labels = [s.stem for s in specs]
+    data["intervals"] = intervals(result, [(b, o) for b in labels[:2] for o in labels[2:]
+                                           if o.startswith(("planned", "capped"))])
+    data["command"] = " ".join(["scripts/measure_real.sh", *sys.argv[1:]])
     data["plans"] = {str(s.name): p.to_dict() for s, p in zip(specs, loaded, strict=True)}
     (out / f"{problem.name}.json").write_text(json.dumps(data, indent=1) + "\n")
     return data
@@ -208,7 +263,7 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown(results: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "# Real execution results (issue 5)",
+        "# Real execution results (issues 5 and 14)",
         "",
         f"Generated by `scripts/measure_real.sh` on "
         f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}. One process per stage "
@@ -231,6 +286,7 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
             f"{res['world_size']} processes. Load average (1 min) before/after: "
             f"{data['loadavg']['before'][0]:.1f}/{data['loadavg']['after'][0]:.1f} on "
             f"{data['loadavg']['cpus']} CPUs (other users' work included).",
+            *([f"Command: `{data['command']}`."] if data.get("command") else []),
             "",
             "| plan | engine | schedule | mode | kind | predicted ms | measured ms (p10-p90) "
             "| model error | compute error | speedup meas. | speedup pred. | meas./pred. "
@@ -275,6 +331,13 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
                     f"- {base['plan']} vs {c['plan']} (contrast): measured speedup {sp:.3f}, "
                     f"predicted {pred:.3f} (measured/predicted {sp / pred:.2f})."
                 )
+        for pair, iv in data.get("intervals", {}).items():
+            lines.append(
+                f"- {pair}: measured speedup {iv['median']:.3f}, bootstrap "
+                f"{iv['level']:.0%} interval [{iv['low']:.3f}, {iv['high']:.3f}] over "
+                f"{iv['rounds']} per-round ratios"
+                + (" (above 1.0)." if iv["low"] > 1.0 else " (not above 1.0).")
+            )
         errs = [
             abs(r["model_error"])
             for r in rows
@@ -350,15 +413,27 @@ def main() -> int:
         action="store_true",
         help="profile each problem again first (as its file was made) and predict with that",
     )
+    ap.add_argument("--capped", action="store_true",
+                    help="also run the best in-flight-capped variant of the planned plan")
+    ap.add_argument("--op-times", action="store_true",
+                    help="keep per-op timers in <out>/<problem>/op-times/")
+    ap.add_argument("--no-peer", action="store_true", help="skip torch.distributed.pipelining")
+    ap.add_argument("--report-only", action="store_true",
+                    help="measure nothing: rewrite README.md from the results already in --out")
     ap.add_argument("--out", default=str(ROOT / "results" / "real"))
     args = ap.parse_args()
     args.planner = args.planner or ["tidgap", "dgap"]
     args.contrast = ["gpipe:1"] if args.contrast is None else [c for c in args.contrast if c]
-    for name in args.problems:
+    for name in [] if args.report_only else args.problems:
         measure(name, args)
     # the report covers every problem measured so far in this folder (latest run of each)
     results = {p.stem: json.loads(p.read_text()) for p in sorted(Path(args.out).glob("*.json"))}
     md = markdown(results)
+    # hand-kept and other scripts' sections (issue 14), in this order, when present
+    for extra in SECTIONS:
+        f = Path(args.out) / extra
+        if f.exists():
+            md += "\n" + f.read_text()
     Path(args.out, "README.md").write_text(md)
     print(md)
     return 0

@@ -40,6 +40,9 @@ sel() { [[ -z "$SELECTED" ]] || [[ " $SELECTED " == *" $1 "* ]]; }
 
 sel gpt1-mini-s2 && run gpt1-mini-s2 gpt1-mini --batch 32 --stages 2 --repeats 9 --warmup 2 --co-run
 sel vgg16-mini-s2 && run vgg16-mini-s2 vgg16-mini --batch 32 --stages 2 --repeats 9 --warmup 2 --co-run
+# issue 14's workload (how it was chosen: results/real/README.md); sgd, as it was measured
+sel vgg16-stem-s2 && run vgg16-stem-s2 vgg16-stem --batch 16 --layers-per-stage 3,4 \
+    --optimizer sgd --repeats 9 --warmup 2 --co-run
 sel vgg16 && run vgg16 vgg16 --batch 32 --image 64 --repeats 5 --warmup 1
 sel vgg16-s4 && run vgg16-s4 vgg16 --batch 32 --image 64 --stages 4 \
     --balance-from "$OUT/vgg16.json" --repeats 5 --warmup 1

@@ -10,6 +10,7 @@ from problems.models import get_model  # noqa: E402
 from problems.models.gpt1 import GPT1_CONFIG, DecoderBlock, Embedding, LMHead  # noqa: E402
 from problems.models.known import RepeatedMatmul  # noqa: E402
 from problems.models.vgg16 import VGG16_CONFIG, ConvLayer, FCLayer  # noqa: E402
+from umpipe_bench.errors import UserInputError  # noqa: E402
 
 SMALL_GPT = {"seq": 8, "vocab": 50, "d_model": 32, "heads": 4, "mlp": 48}
 SMALL_VGG = {"image": 32, "width": 4, "fc": 24, "classes": 7}
@@ -143,3 +144,37 @@ def test_tiny_known_work_is_the_number_of_matmuls():
 def test_config_errors_name_the_field(name, config, match):
     with pytest.raises(ValueError, match=match):
         get_model(name).build(config, torch.float32, 0)
+
+
+def test_vgg16_hr_is_vgg16_at_high_resolution_narrow_width():
+    """The issue-14 workload: VGG16's 16 layers at 128 px, width 16, the 4096-wide classifier."""
+    spec = get_model("vgg16-hr")
+    assert spec.default_config == {"image": 128, "width": 16, "fc": 4096, "classes": 1000}
+    layers = spec.build(None, torch.float32, 0)
+    assert len(layers) == 16
+    assert layers[0].conv.out_channels == 16
+    assert layers[13].fc.in_features == 8 * 16 * 4 * 4  # 8 * width * (image / 32) ** 2
+    assert layers[14].fc.weight.shape == (4096, 4096)
+    x, y = spec.sample_batch(2, None, 0, torch.float32)
+    assert x.shape == (2, 3, 128, 128) and y.shape == (2,)
+    # vgg16 itself is unchanged
+    assert get_model("vgg16").default_config == VGG16_CONFIG
+
+
+def test_vgg16_stem_is_vgg16s_first_blocks_and_classifier():
+    """The issue-14 workload: VGG16's first 4 convs at 128 px, width 32, then its classifier on
+    the features pooled to the (image / 32)-sided grid."""
+    spec = get_model("vgg16-stem")
+    assert spec.default_config == {"image": 128, "width": 32, "convs": 4, "fc": 4096,
+                                   "classes": 1000}
+    small = {"image": 64, "width": 4, "convs": 4, "fc": 16, "classes": 5}
+    layers = spec.build(small, torch.float32, 0)
+    assert len(layers) == 7
+    assert [type(layer).__name__ for layer in layers[:4]] == ["ConvLayer"] * 4
+    assert layers[4].fc.in_features == 8 * 2 * 2  # 2 * width channels on a 2 x 2 grid
+    assert layers[4].k == 8  # 16 x 16 after the first two blocks, pooled to 2 x 2
+    x, _ = spec.sample_batch(3, small, 0, torch.float32)
+    assert _run(layers, x).shape == (3, 5)
+    _independence("vgg16-stem", small)
+    with pytest.raises(UserInputError, match="convs"):
+        spec.build({"convs": 14}, torch.float32, 0)

@@ -21,6 +21,8 @@ _MODULES: dict[str, str] = {
     "gpt1-mini": "problems.models.gpt1",
     "vgg16": "problems.models.vgg16",
     "vgg16-mini": "problems.models.vgg16",
+    "vgg16-hr": "problems.models.vgg16",
+    "vgg16-stem": "problems.models.vgg16",
     "tiny-mlp": "problems.models.tiny",
     "tiny-known": "problems.models.known",
 }

@@ -28,7 +28,7 @@ from torch import nn
 from .comm import KIND_ACT, KIND_GRAD, Channel, Prefetcher
 from .rechunk import ChunkStream, SampleBuffer
 
-__all__ = ["IterStats", "StageContext", "StageRunner", "run_ops"]
+__all__ = ["IterStats", "OpTime", "StageContext", "StageRunner", "run_ops"]
 
 
 @dataclass
@@ -70,6 +70,29 @@ class IterStats:
     loss: float | None  # last stage only: sum over microbatches of loss/B
     compute_s: float  # time in ops minus time waiting for receives
     wait_s: float  # time blocked in receives
+    #: per-op timers, one :class:`OpTime` per executed op, in execution order
+    ops: list[OpTime] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """One op's timers (seconds; ``start``/``end`` from the runner's creation).
+
+    ``wait``: blocked in receives; ``take``: assembling the op's input or output gradient from
+    the incoming stream or the kept inputs outside those waits (the re-chunking concatenation,
+    docs/MODEL.md §5); ``send``: handing the result to the outgoing link. The rest of
+    ``end - start`` is the stage's own compute.
+    """
+
+    kind: str
+    index: int
+    start_sample: int
+    stop_sample: int
+    start: float
+    end: float
+    wait: float
+    take: float
+    send: float
 
 
 def _ranges(sizes: Sequence[int]) -> list[tuple[int, int]]:
@@ -106,6 +129,10 @@ class StageRunner:
         self.busy_s = 0.0
         self.loss_total = 0.0
         self.current = ""  # the op running now, named in receive errors
+        self.t0 = time.perf_counter()
+        self.ops: list[OpTime] = []
+        self._take_s = 0.0  # of the running op
+        self._send_s = 0.0
         self.stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.saved_inputs = SampleBuffer()
         self._prefetchers: list[Prefetcher] = []
@@ -142,12 +169,27 @@ class StageRunner:
 
         return ChunkStream(sizes, timed)
 
+    def _timed_take(self, take: Callable[[int, int], torch.Tensor], a: int,
+                    b: int) -> torch.Tensor:
+        """``take(a, b)``, its time outside receive waits counted in the op's ``take``."""
+        t, w = time.perf_counter(), self.wait_s
+        try:
+            return take(a, b)
+        finally:
+            self._take_s += time.perf_counter() - t - (self.wait_s - w)
+
+    def _send(self, ch: Any, y: torch.Tensor, kind: int, j: int, a: int, b: int,
+              expect: tuple[tuple[int, ...], torch.dtype | None]) -> None:
+        t = time.perf_counter()
+        ch.send(y, kind, j, a, b, expect=expect)
+        self._send_s += time.perf_counter() - t
+
     def _stage_input(self, a: int, b: int) -> torch.Tensor:
         if self.ctx.first:
             assert self.ctx.inputs is not None
             return self.ctx.inputs[a:b]
         assert self.acts is not None
-        return self.acts.take(a, b)
+        return self._timed_take(self.acts.take, a, b)
 
     def _leaf(self, x: torch.Tensor) -> torch.Tensor:
         """A fresh leaf, so ``x.grad`` is this microbatch's input gradient."""
@@ -182,7 +224,7 @@ class StageRunner:
                     self.loss_total += float(self._loss(y, a, b))
         if not ctx.last:
             assert ctx.next is not None
-            ctx.next.send(y, KIND_ACT, j, a, b, expect=(ctx.out_tail, ctx.out_dtype))
+            self._send(ctx.next, y, KIND_ACT, j, a, b, (ctx.out_tail, ctx.out_dtype))
 
     def backward_one_chunk(self, j: int, a: int, b: int) -> None:
         """``B(j)`` over ``[a, b)``: output gradient, back-propagation (recompute mode: the
@@ -198,7 +240,7 @@ class StageRunner:
             xin, y = self.stash.pop(j)
         else:
             src = (ctx.inputs[a:b] if ctx.first and ctx.inputs is not None
-                   else self.saved_inputs.take(a, b))
+                   else self._timed_take(self.saved_inputs.take, a, b))
             xin = self._leaf(src)
             y = ctx.module(xin)
             if ctx.last:
@@ -207,12 +249,12 @@ class StageRunner:
             y.backward()  # y is this microbatch's loss / B
         else:
             assert self.grads is not None
-            torch.autograd.backward(y, self.grads.take(a, b))
+            torch.autograd.backward(y, self._timed_take(self.grads.take, a, b))
         del y
         if not ctx.first:
             assert ctx.prev is not None
             g = xin.grad if xin.grad is not None else torch.zeros_like(xin)
-            ctx.prev.send(g, KIND_GRAD, j, a, b, expect=(ctx.in_tail, ctx.in_dtype))
+            self._send(ctx.prev, g, KIND_GRAD, j, a, b, (ctx.in_tail, ctx.in_dtype))
 
     # ------------------------------------------------------------------ the loop
     def run(self, ops: Sequence[Sequence[Any]]) -> IterStats:
@@ -229,8 +271,12 @@ class StageRunner:
             if step is None:
                 raise ValueError(f"stage {ctx.stage}: unknown op kind {kind!r} in {self.current}")
             t0, w0 = time.perf_counter(), self.wait_s
+            self._take_s = self._send_s = 0.0
             step(j, a, b)
-            self.busy_s += time.perf_counter() - t0 - (self.wait_s - w0)
+            t1 = time.perf_counter()
+            self.busy_s += t1 - t0 - (self.wait_s - w0)
+            self.ops.append(OpTime(kind, j, a, b, t0 - self.t0, t1 - self.t0, self.wait_s - w0,
+                                   self._take_s, self._send_s))
         return self.finish()
 
     def finish(self) -> IterStats:
@@ -248,7 +294,7 @@ class StageRunner:
                 ch.wait()
         self.wait_s += time.perf_counter() - t
         return IterStats(loss=self.loss_total if ctx.last else None, compute_s=self.busy_s,
-                         wait_s=self.wait_s)
+                         wait_s=self.wait_s, ops=self.ops)
 
 
 def run_ops(

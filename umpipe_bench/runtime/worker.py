@@ -221,6 +221,10 @@ def run_worker(spec: RunSpec, rank: int, world: int) -> dict[str, Any] | None:
     E, N = len(spec.entries), spec.iters
     record = torch.full((E, max(N, 1), 4), float("nan"), dtype=torch.float64)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    # per-op timers of the measured iterations (executor.OpTime), kept when the caller asks
+    # for them: UMPIPE_OP_TIMES=<folder> (scripts/measure_real.py --op-times)
+    op_dir = os.environ.get("UMPIPE_OP_TIMES")
+    op_times: list[list[list[Any]]] = [[] for _ in spec.entries]
     gc.collect()
     gc.freeze()  # long-lived objects out of the collector's way: collect() below stays cheap
     for it in range(spec.warmup + N):
@@ -244,11 +248,20 @@ def run_worker(spec: RunSpec, rank: int, world: int) -> dict[str, Any] | None:
                 gc.enable()
             if it >= spec.warmup:
                 loss = stats.loss if stats.loss is not None else float("nan")
+                if op_dir:
+                    op_times[k].append([[o.kind, o.index, o.start_sample, o.stop_sample,
+                                         o.start, o.end, o.wait, o.take, o.send]
+                                        for o in stats.ops])
                 record[k, it - spec.warmup] = torch.tensor(
                     [t1 - t0, stats.compute_s + (t1 - t_opt), stats.wait_s, loss],
                     dtype=torch.float64,
                 )
     _trace(rank, "timing done")
+    if op_dir:
+        Path(op_dir).mkdir(parents=True, exist_ok=True)
+        Path(op_dir, f"op-times-s{rank}.json").write_text(json.dumps(
+            {"fields": ["kind", "index", "a", "b", "start", "end", "wait", "take", "send"],
+             "entries": {e.label: op_times[k] for k, e in enumerate(spec.entries)}}) + "\n")
     gathered = [torch.zeros_like(record) for _ in range(world)]
     if spec.backend == "nccl":
         dev_record = record.to(device)
