@@ -101,6 +101,7 @@ def test_the_committed_file_covers_every_registered_problem_and_reproduces():
         pytest.fail(f"{path} is missing; build it with 'umpipe-bench best-known update'")
     book = bk.BestKnown(path)
     assert bk.missing(path, problem_names()) == []
+    assert bk.check(path) == []
     for (p, m, f), e in book.entries.items():
         if f == "capped":
             assert e.value <= book.value(p, m, "gpipe")
