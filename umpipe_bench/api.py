@@ -149,8 +149,12 @@ class PipelineObjective:
         self.evaluations = 0
         self.best_value = float("inf")
         self.best_genome: np.ndarray | None = None
+        #: ``{generation (batch), evaluations, wall_time, best}`` at every improvement and at
+        #: the latest batch (the best-so-far curve without its flat stretches)
         self.history: list[dict[str, Any]] = []
         self._t0: float | None = None
+        self._batches = 0
+        self._tail = False
 
     @property
     def remaining(self) -> int | None:
@@ -169,12 +173,19 @@ class PipelineObjective:
         T = self._ev(f, b, caps)
         self.evaluations += n
         i = int(np.argmin(T))
-        if T[i] < self.best_value:
+        improved = bool(T[i] < self.best_value)
+        if improved:
             self.best_value = float(T[i])
             self.best_genome = np.asarray(genomes).reshape(n, -1)[i].astype(np.int64)
-        self.history.append({"generation": len(self.history), "evaluations": self.evaluations,
-                             "wall_time": time.perf_counter() - self._t0,
-                             "best": self.best_value})
+        rec = {"generation": self._batches, "evaluations": self.evaluations,
+               "wall_time": time.perf_counter() - self._t0, "best": self.best_value}
+        self._batches += 1
+        # the best-so-far step curve, losslessly: every improvement, and the latest batch
+        if improved or not self.history or not self._tail:
+            self.history.append(rec)
+        else:
+            self.history[-1] = rec
+        self._tail = not improved
         return T
 
     __call__ = evaluate
