@@ -114,3 +114,21 @@ def test_ecdf_plot_is_written(tmp_path):
     runs = [run("a", [1.2, 1.05, 1.0]), run("b", [1.5, 1.1])]
     refs = A.reference_values(runs)
     assert A.draw_ecdf(runs, refs, tmp_path / "ecdf.png").stat().st_size > 1000
+
+
+def test_report_has_the_anytime_section_and_the_ecdf_plot(tmp_path):
+    from umpipe_bench.bench.config import parse_config
+    from umpipe_bench.bench.report import write_report
+    from umpipe_bench.bench.runner import run_matrix
+
+    cfg = parse_config({"bench": {"name": "t", "problems": ["sim-s3-b6-s0"], "seeds": [0, 1],
+                                  "modes": ["stash"], "budgets": ["evals:300"]},
+                        "planners": [{"name": "gpipe", "seeds": [0]},
+                                     {"name": "random-search"}, {"name": "tidgap"}]}, "t.toml")
+    run_matrix(cfg, tmp_path, progress=False)
+    files = write_report(tmp_path / "leaderboard.csv", tmp_path / "rep")
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Anytime statistics (COCO style)" in text and "### Fixed budget" in text
+    assert "the best known value (problems/best_known.json)" in text
+    assert "| gpipe " not in text.split("## Anytime statistics")[1]  # references left out
+    assert tmp_path / "rep" / "ecdf.png" in files

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .tables import GROUP, ok_rows
+from .tables import GROUP, REFERENCE_PLANNERS, ok_rows
 
 __all__ = ["EPSILONS", "Run", "average_ranks", "bootstrap_ci", "ecdf", "ecdf_table",
            "fixed_budget_table", "hit_times", "load_runs", "reference_values", "targets"]
@@ -57,6 +57,7 @@ class Run:
     evaluations: np.ndarray  # increasing
     wall_time: np.ndarray  # same length, non-decreasing
     best: np.ndarray  # best T so far, non-increasing
+    schedule: str = "gpipe"  # of the final plan
 
     @property
     def group(self) -> tuple[str, str, str]:
@@ -105,7 +106,8 @@ def _run_from_row(row: Mapping[str, Any], lb_dir: Path) -> Run:
     best = np.minimum.accumulate(np.where(np.isfinite(best), best, np.inf))
     t = np.maximum.accumulate(np.nan_to_num(t, nan=0.0))
     return Run(str(row["problem"]), str(row["mode"]), str(row.get("memory_cap", "none")),
-               str(row["planner"]), int(row["seed"]), ev, t, best)
+               str(row["planner"]), int(row["seed"]), ev, t, best,
+               str(row.get("schedule") or "gpipe"))
 
 
 def load_runs(df: pd.DataFrame, lb_dir: str | Path,
@@ -284,3 +286,83 @@ def draw_ecdf(runs: Sequence[Run], refs: Mapping[tuple[str, str, str], tuple[flo
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def _md(df: pd.DataFrame) -> str:
+    return "_none_\n" if df.empty else df.to_markdown(index=False) + "\n"
+
+
+def _family_values(runs: Sequence[Run]) -> dict[tuple[str, str], float]:
+    """Per (problem, mode): the best known value of the smallest family holding every run's
+    final plan (``gpipe`` when all run under GPipe, else ``capped``); {} without the file."""
+    from .best_known import BestKnown, BestKnownError
+
+    try:
+        book = BestKnown()
+    except BestKnownError:
+        return {}
+    out: dict[tuple[str, str], float] = {}
+    for key in dict.fromkeys((r.problem, r.mode) for r in runs):
+        fam = ("gpipe" if all(r.schedule == "gpipe" for r in runs
+                              if (r.problem, r.mode) == key) else "capped")
+        v = book.value(key[0], key[1], fam)
+        if v is not None:
+            out[key] = v
+    return out
+
+
+def anytime_section(df: pd.DataFrame, lb_dir: str | Path, out: str | Path | None,
+                    best_known: Mapping[tuple[str, str], float] | None = None,
+                    ) -> tuple[list[str], list[tuple[str, Path]]]:
+    """The report's anytime section (markdown lines) and its plot (``ecdf.png`` in ``out``;
+    None: no plot), over the contenders' runs (not the GPipe/1F1B references).
+    ``best_known``: ``{(problem, mode): T}`` (default: the committed file, per group the
+    family of its plans, :func:`_family_values`)."""
+    runs = [r for r in load_runs(df, lb_dir) if r.planner not in REFERENCE_PLANNERS]
+    if not runs:
+        return [], []
+    if best_known is None:
+        best_known = _family_values(runs)
+    refs = reference_values(runs, best_known)
+    n_bk = sum(src == "best known" for _, src in refs.values())
+    seeds = pd.Series([r.seed for r in runs]).nunique()
+    fb = fixed_budget_table(runs, refs)
+    shown = ["planner", "runs", *[c for c in fb.columns if c.startswith("evals ")]]
+    final = pd.DataFrame([{"planner": p, **dict(zip(
+        ("mean", "lo", "hi"), bootstrap_ci(np.array([r.final / refs[r.group][0] - 1.0
+                                                     for r in runs if r.planner == p]))))}
+        for p in dict.fromkeys(r.planner for r in runs)])
+    ranks = average_ranks(runs).merge(final, on="planner")
+    ranks["final gap (95 % CI)"] = [f"{m:+.2%} [{lo:+.2%}, {hi:+.2%}]"
+                                    for m, lo, hi in zip(ranks["mean"], ranks["lo"],
+                                                         ranks["hi"])]
+    ranks["average rank"] = ranks["average rank"].map(lambda v: f"{v:.2f}")
+    lines = [
+        "## Anytime statistics (COCO style)",
+        "",
+        f"{len(runs)} runs over {len(refs)} (problem, mode, memory cap) groups, up to "
+        f"{seeds} seeds; the GPipe/1F1B references are left out. Reference f_ref per group: "
+        f"the best known value (problems/best_known.json) of the schedule family the group's "
+        f"plans belong to (`gpipe` when every plan runs under GPipe, else `capped`) for "
+        f"{n_bk} groups, the best T in this leaderboard for {len(refs) - n_bk} (groups under "
+        "a memory cap, or where a run beat the file). "
+        "Targets f_ref × (1 + ε), ε ∈ {10, 5, 2, 1, 0.5, 0.1} %. Gap = T / f_ref − 1 of "
+        "the best plan so far. Intervals: percentile bootstrap over runs (2000 resamples, "
+        "seed 0).",
+        "",
+        "### Targets reached at the end of the runs (ECDF's last value)",
+        "",
+        _md(ecdf_table(runs, refs)),
+        "### Fixed budget: mean gap after b evaluations [95 % CI] (runs with a value by b)",
+        "",
+        _md(fb[shown]),
+        "### Average rank of the final plan (per problem, mode, cap and seed) and final gap",
+        "",
+        _md(ranks[["planner", "average rank", "groups", "final gap (95 % CI)"]]),
+    ]
+    images: list[tuple[str, Path]] = []
+    if out is not None:
+        p = draw_ecdf(runs, refs, Path(out) / "ecdf.png")
+        if p is not None:
+            images.append(("ECDF of targets reached, by evaluations and by wall time", p))
+    return lines, images
