@@ -38,7 +38,8 @@ import numpy as np
 
 from umpipe_bench.memory import MemoryCapError, capacities, memory_figures
 from umpipe_bench.planners.base import Budget, Planner, PlannerError, PlanResult
-from umpipe_bench.planners.evaluator import PopulationEvaluator, bits_to_plan
+from umpipe_bench.planners.encoding import bits_to_plan, codes_to_bits
+from umpipe_bench.planners.evaluator import PopulationEvaluator
 from umpipe_bench.planners.family import FamilyEvaluator
 from umpipe_bench.planners.settings import resolve_settings
 from umpipe_bench.problem import Problem
@@ -49,10 +50,7 @@ __all__ = ["Exact", "pareto_minimal"]
 _CHUNK = 1 << 16
 
 
-def _bits(codes: np.ndarray, S: int, L: int) -> np.ndarray:
-    """Integer codes -> cut bits [n, S, L] (bit j of the code = flat bit j, stage-major)."""
-    shifts = np.arange(S * L, dtype=np.int64)
-    return ((codes[:, None] >> shifts) & 1).astype(np.uint8).reshape(-1, S, L)
+_bits = codes_to_bits  # integer codes -> cut bits [n, S, L] (the one encoding)
 
 
 def pareto_minimal(X: np.ndarray) -> np.ndarray:

@@ -1,80 +1,90 @@
-"""``random-search``: the floor any GA must beat (MODEL.md §2 encoding, §4 evaluation).
+"""``random-search``: the floor any GA must beat (docs/MODEL.md §2 encoding, §4 evaluation).
 
 Draws random plans from the same distribution as the GAs' random individuals
 (:func:`umpipe_bench.planners.encoding.random_bits`: per chromosome a microbatch count
 log-uniform in [1, B]) and keeps the best, with the same budget as a GA. It is seeded with
-nothing (no EDP, no greedy plan): its starting point is its first random plan. Plans are drawn
-and evaluated in batches by the population evaluator (bit-identical to the reference).
+nothing (no EDP, no greedy plan): its starting point is its first random plan. It is an
+ask/tell algorithm on the shared search loop (:mod:`umpipe_bench.planners.loop`): each ask is
+one batch of random plans, evaluated by the population evaluator (bit-identical to the
+reference).
 
-``gens:N`` means N batches (``batch`` setting, default 128 = one GA population).
+``gens:N`` means N batches after the first (``batch`` setting, default 128 = one GA
+population).
 """
 
 from __future__ import annotations
 
-import time
+from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from umpipe_bench.planners.base import Budget, Planner, PlannerError, PlanResult
+from umpipe_bench.planners.base import Budget, PlannerError
 from umpipe_bench.planners.encoding import random_bits
-from umpipe_bench.planners.evaluator import PopulationEvaluator, bits_to_plan
-from umpipe_bench.planners.settings import resolve_settings
+from umpipe_bench.planners.loop import Evaluate, SearchAlgorithm, SearchPlanner
+from umpipe_bench.planners.objective import Genomes, Objective
 from umpipe_bench.problem import Problem
-from umpipe_bench.simulator import gpipe_recurrence
 
-__all__ = ["RandomSearch"]
+__all__ = ["RandomSearch", "RandomSearchAlgorithm"]
 
 
-class RandomSearch(Planner):
+class RandomSearchAlgorithm(SearchAlgorithm):
+    """Best of random batches; the loop's evaluation budget caps the last batch."""
+
+    def __init__(self, problem: Problem, mode: str, batch: int, budget: Budget,
+                 seed: int | None) -> None:
+        self.S, self.B, self.mode = problem.S, problem.B, mode
+        self.batch = batch
+        self.cap = budget.evaluations
+        self.rng = np.random.default_rng(seed)
+        self.done = 0
+        self._best: Genomes | None = None
+
+    def _draw(self, n: int) -> Genomes:
+        f = random_bits(self.rng, n, self.S, self.B)
+        b = random_bits(self.rng, n, self.S, self.B) if self.mode == "recompute" else f
+        return Genomes(f, b)
+
+    def _keep(self, g: Genomes, times: np.ndarray) -> None:
+        self.done += len(g)
+        i = int(np.argmin(times))
+        if times[i] < self.best_time:
+            self.best_time = float(times[i])
+            self._best = g.row(i).copy()
+
+    def setup(self, evaluate: Evaluate) -> None:
+        g = self._draw(self.ask_size())
+        t = evaluate(g)
+        self.start_time = float(t[0])
+        self._keep(g, t)
+
+    def ask_size(self) -> int:
+        n = self.batch if self.cap is None else min(self.batch, self.cap - self.done)
+        return max(n, 1)
+
+    def ask(self) -> Genomes:
+        return self._draw(self.ask_size())
+
+    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+        self._keep(genomes, times)
+
+    def best(self) -> tuple[Genomes, float]:
+        assert self._best is not None
+        return self._best, self.best_time
+
+
+class RandomSearch(SearchPlanner):
     """Best of N random plans (settings: ``batch``, ``backend``)."""
 
     name = "random-search"
     default_budget = "evals:200000"
     defaults = {"batch": 128, "backend": "auto"}
 
-    def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
-              progress: bool) -> PlanResult:
-        s = resolve_settings(self.name, self.defaults, self.settings)
-        if s["batch"] < 1:
-            raise PlannerError("planner 'random-search': batch must be >= 1")
-        if budget.evaluations is None and budget.generations is None and budget.seconds is None:
-            raise PlannerError("planner 'random-search' needs a finite budget")
-        rng = np.random.default_rng(seed)
-        ev = PopulationEvaluator(problem, mode, s["backend"])
-        S, B = problem.S, problem.B
-        cap = budget.evaluations
-        if budget.generations is not None:
-            g = budget.generations * s["batch"]
-            cap = g if cap is None else min(cap, g)
-        t0 = time.perf_counter()
-        best_T, best = np.inf, None
-        start = None
-        done = 0
-        history = []
-        with tqdm(total=cap, disable=not progress, desc=self.name, unit="eval",
-                  leave=False) as bar:
-            while True:
-                n = s["batch"] if cap is None else min(s["batch"], cap - done)
-                if n <= 0:
-                    break
-                elapsed = time.perf_counter() - t0
-                if budget.seconds is not None and done and elapsed >= budget.seconds:
-                    break
-                fb = random_bits(rng, n, S, B)
-                bb = random_bits(rng, n, S, B) if mode == "recompute" else fb
-                T = ev(fb, bb)
-                if start is None:
-                    start = float(T[0])
-                i = int(np.argmin(T))
-                if T[i] < best_T:
-                    best_T, best = float(T[i]), (fb[i].copy(), bb[i].copy())
-                done += n
-                history.append({"evals": done, "best": best_T,
-                                "time": time.perf_counter() - t0})
-                bar.update(n)
-        assert best is not None and start is not None
-        plan = bits_to_plan(best[0], best[1], mode)
-        return PlanResult(planner=self.name, plan=plan,
-                          iteration_time=gpipe_recurrence(problem, plan), evaluations=done,
-                          start_time=start, history=history, settings=s)
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        if settings["batch"] < 1:
+            raise PlannerError(f"planner {self.name!r}: batch must be >= 1")
+        return settings
+
+    def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
+                       budget: Budget, seed: int | None, objective: Objective
+                       ) -> SearchAlgorithm:
+        return RandomSearchAlgorithm(problem, mode, int(settings["batch"]), budget, seed)

@@ -18,7 +18,7 @@ import pytest
 from umpipe_bench.planners.dgap import DGAPEngine, Individual, make_toolbox
 from umpipe_bench.planners.evaluator import PopulationEvaluator, bits_to_plan
 from umpipe_bench.planners.ga import GA_DEFAULTS
-from umpipe_bench.planners.tidgap import TiDGAPEngine
+from umpipe_bench.planners.tidgap import TiDGAP, TiDGAPEngine
 from umpipe_bench.problem import Problem
 from umpipe_bench.simulator import gpipe_recurrence
 from umpipe_bench.synthetic import synthetic_problem
@@ -86,7 +86,8 @@ def test_eval_tidgap_population(benchmark, problem, mode, backend):
 
 
 def _settings(backend: str = "auto") -> dict:
-    return {**GA_DEFAULTS, "population": P, "backend": backend, "device": ""}
+    """TiDGAP's default settings (DGAP reads the GA ones among them), P and the backend."""
+    return {**TiDGAP().config, "population": P, "backend": backend}
 
 
 @pytest.mark.parametrize("mode", MODES)

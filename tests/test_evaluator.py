@@ -162,3 +162,17 @@ def test_bad_input_is_a_clear_error():
         ev(np.zeros((4, 3, 7), np.uint8))
     with pytest.raises(ValueError, match="unknown evaluator backend"):
         PopulationEvaluator(synthetic_problem(3, 9, 0), "stash", "cuda")
+
+
+@pytest.mark.parametrize("mode", ["stash", "recompute"])
+def test_threads_split_rows_bit_identically(mode):
+    """The population split over threads gives the single-thread results bit for bit."""
+    problem = synthetic_problem(5, 24, 1)
+    rng = np.random.default_rng(0)
+    fb = (rng.random((203, 5, 23)) < 0.3).astype(np.uint8)
+    bb = (rng.random((203, 5, 23)) < 0.3).astype(np.uint8)
+    one = PopulationEvaluator(problem, mode, "numba")(fb, bb)
+    for threads in (2, 3):
+        many = PopulationEvaluator(problem, mode, "numba", threads=threads)
+        assert np.array_equal(many(fb, bb), one)
+        assert np.array_equal(many(fb[:40], bb[:40]), one[:40])  # too few rows: one block

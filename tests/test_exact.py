@@ -206,3 +206,19 @@ def test_best_edp_matches_scans(mode):
     res = get_planner("1f1b").plan(problem, mode=mode)
     assert res.schedule == "1f1b" and res.iteration_time == min(o)
     assert get_planner("gpipe").plan(problem, mode=mode).iteration_time == min(g)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 10**6), st.booleans(), st.booleans())
+def test_compiled_prefix_dp_equals_the_reference(B, seed, with_link, coarse):
+    """The compiled greedy-dp kernel keeps the same states in the same order (ties included:
+    ``coarse`` rounds every figure so that ties are common)."""
+    from umpipe_bench.planners.greedy import prefix_dp_sizes
+
+    rng = np.random.default_rng(seed)
+    r = (lambda x: np.round(x * 4) / 4) if coarse else (lambda x: x)
+    cost = r(np.concatenate([[0.0], np.cumsum(rng.random(B) + 0.1)]) ** 0.8)
+    link = r(rng.random(B + 1) * 2) if with_link else None
+    R = r(np.concatenate([[0.0], np.sort(rng.random(B) * 5)]))
+    start = float(r(rng.random()))
+    assert prefix_dp_sizes(R, cost, link, start) == pareto_prefix_dp(R, cost, link, start)

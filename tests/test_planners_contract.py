@@ -89,3 +89,47 @@ def test_never_worse_than_its_start(name, problem_name, mode):
     res = run(name, problem_name, mode)
     assert res.start_time is not None, f"{name} must report its starting point's T"
     assert res.iteration_time <= res.start_time * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("name,problem_name,mode", CASES)
+def test_evaluations_within_budget(name, problem_name, mode):
+    from umpipe_bench.planners.base import Budget
+
+    res = run(name, problem_name, mode)
+    cap = Budget.parse(BUDGET_OVERRIDES.get(name, BUDGET)).evaluations
+    assert 1 <= res.evaluations <= cap
+
+
+@pytest.mark.parametrize("name,problem_name,mode", CASES)
+def test_history_schema(name, problem_name, mode):
+    """Every planner returns the typed history: records of (generation, evaluations, wall
+    time, best T), generations and evaluations non-decreasing, best non-increasing, the last
+    record at the result's evaluations and T (for the loop's planners)."""
+    from umpipe_bench.planners.loop import HISTORY_FIELDS, History
+
+    res = run(name, problem_name, mode)
+    h = res.history
+    assert isinstance(h, History) and len(h) >= 1
+    for rec in h:
+        assert tuple(dict(rec)) == HISTORY_FIELDS
+    gens, evals, best = h.column("generation"), h.column("evaluations"), h.column("best")
+    assert (gens[1:] >= gens[:-1]).all() and (evals[1:] >= evals[:-1]).all()
+    assert (best[1:] <= best[:-1]).all()
+    assert evals[-1] == res.evaluations
+    assert best[-1] == pytest.approx(res.iteration_time, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", PLANNERS)
+def test_misspelt_setting_fails_at_construction(name):
+    """A planner that declares its settings (``defaults``) refuses a misspelt one when it is
+    built; one that declares none (the one-shot EDP and greedy constructions, which take no
+    settings) still refuses it before planning."""
+    from umpipe_bench.registry import get_planner_class
+
+    if get_planner_class(name).defaults is not None or name.endswith("-tuned"):
+        with pytest.raises(PlannerError, match="unknown setting"):
+            get_planner(name, no_such_setting=1)
+    else:
+        planner = get_planner(name, no_such_setting=1)
+        with pytest.raises(PlannerError, match="unknown setting"):
+            planner.plan(PROBLEMS["tiny-s2-b5"]())

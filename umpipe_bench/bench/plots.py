@@ -98,21 +98,26 @@ def draw_speedup(df: pd.DataFrame, path: Path) -> Path | None:
 def convergence_curve(records: list[dict[str, Any]]) -> tuple[np.ndarray, ...] | None:
     """``(evaluations, seconds, best T)`` so far, one point per history record.
 
-    GA logbooks (DGAP, TiDGAP) carry ``nevals`` (total so far; their ``evals`` is per
-    generation), ``time`` and ``best``; random search and Optuna carry ``evals`` (total so
-    far), ``time``, ``best``/``value``. Records without a best value give None.
+    Records are the typed history's rows (docs/ARCHITECTURE.md, "Search planners"):
+    ``generation``, ``evaluations`` (total so far), ``wall_time`` and ``best`` (so far).
+    History files written before the typed history (DEAP logbooks with ``nevals``/``time``,
+    lists with ``evals``/``time``/``best``) are still read. Fewer than two records, or records
+    without a best value, give None.
     """
     if len(records) < 2:
         return None
     r0 = records[0]
-    ekey = next((k for k in ("nevals", "evals", "evaluations") if k in r0), None)
-    ev = (np.array([r[ekey] for r in records], dtype=float) if ekey
-          else np.arange(1, len(records) + 1, dtype=float))
-    tkey = next((k for k in ("time", "wall_time", "elapsed") if k in r0), None)
-    t = np.array([r[tkey] for r in records], dtype=float) if tkey else np.full(len(ev), np.nan)
-    bkey = next((k for k in ("best", "value", "min") if k in r0), None)
+    if all(k in r0 for k in ("evaluations", "wall_time", "best")):
+        ekey, tkey, bkey = "evaluations", "wall_time", "best"
+    else:  # legacy history files
+        ekey = next((k for k in ("nevals", "evals") if k in r0), None)
+        tkey = "time" if "time" in r0 else None
+        bkey = next((k for k in ("best", "value", "min") if k in r0), None)
     if bkey is None:
         return None
+    ev = (np.array([r[ekey] for r in records], dtype=float) if ekey
+          else np.arange(1, len(records) + 1, dtype=float))
+    t = np.array([r[tkey] for r in records], dtype=float) if tkey else np.full(len(ev), np.nan)
     best = np.minimum.accumulate(np.array([r[bkey] for r in records], dtype=float))
     return ev, t, best
 

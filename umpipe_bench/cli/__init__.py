@@ -1,7 +1,11 @@
 """The ``umpipe-bench`` command line: one module per sub-command, each with ``register``.
 
 Sub-command modules import heavy libraries (torch, optuna, matplotlib) inside their ``run``
-functions, so ``umpipe-bench --help`` stays fast.
+functions, so ``umpipe-bench --help`` stays fast. A module whose ``register`` itself needs a
+heavy import (``tune``: its defaults live in :mod:`..bench.tune`) declares a one-line ``HELP``;
+:func:`main` then registers it fully only when it is the command being run, and as a one-line
+entry otherwise. A test checks that ``--help`` and ``problems`` import no numba, torch,
+optuna, pydantic or matplotlib.
 """
 
 from __future__ import annotations
@@ -30,7 +34,17 @@ class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command(argv: Sequence[str]) -> str | None:
+    """The sub-command named in ``argv`` (the first non-option word), if any."""
+    for a in argv:
+        if not a.startswith("-"):
+            return a if a in SUBCOMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None, lazy: bool = False) -> argparse.ArgumentParser:
+    """The full parser; with ``lazy``, sub-commands that declare ``HELP`` are registered
+    fully only when they are ``command``."""
     from .. import __version__
 
     parser = argparse.ArgumentParser(
@@ -47,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
         modname = f"{__name__}.{name}"
         if importlib.util.find_spec(modname) is None:
             continue
-        importlib.import_module(modname).register(sub)
+        mod = importlib.import_module(modname)
+        if lazy and name != command and hasattr(mod, "HELP"):
+            sub.add_parser(name, help=mod.HELP)
+        else:
+            mod.register(sub)
     for sp in sub.choices.values():
         sp.formatter_class = DefaultsFormatter
     return parser
@@ -68,7 +86,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command(argv), lazy=True)
     args = parser.parse_args(argv)
     from ..runtime.lifetime import Terminated, terminate_raises
 

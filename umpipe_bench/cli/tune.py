@@ -6,6 +6,10 @@ import argparse
 
 from ..errors import UserInputError
 
+#: The one-line help ``umpipe-bench --help`` lists without importing :mod:`..bench.tune`
+#: (which pulls in pydantic and multiprocessing): see ``cli.build_parser``.
+HELP = "tune DGAP/TiDGAP settings with Optuna (TPE) on training problems"
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     from ..bench.tune import TuneSpec
@@ -13,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d = TuneSpec()
     p = sub.add_parser(
         "tune",
-        help="tune DGAP/TiDGAP settings with Optuna (TPE) on training problems",
+        help=HELP,
         description="Tune a GA planner's settings (population, crossover/mutation, tournament, "
         "elites, initial-population mix) with a seeded Optuna TPE study on training problems, "
         "then compare the best settings with the defaults on held-out problems (same seeds and "

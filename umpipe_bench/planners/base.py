@@ -35,10 +35,14 @@ class Budget:
     generations: int | None = None
     seconds: float | None = None
 
-    _RE: ClassVar[re.Pattern[str]] = re.compile(r"^(evals|gens|secs):([0-9.eE+]+)$")
+    _RE: ClassVar[re.Pattern[str]] = re.compile(r"^(evals|gens|secs):(\S+)$")
+    _KEYS: ClassVar[dict[str, str]] = {
+        "evals": "evaluations", "gens": "generations", "secs": "seconds"}
 
     @classmethod
     def parse(cls, text: str | Budget | None) -> Budget:
+        """Parse and check a budget string; every problem is a :class:`PlannerError` naming
+        the part and what was expected (docs/ARCHITECTURE.md, "Search planners")."""
         if text is None:
             return cls()
         if isinstance(text, Budget):
@@ -48,20 +52,27 @@ class Budget:
             m = cls._RE.match(part.strip())
             if not m:
                 raise PlannerError(
-                    f"budget {text!r}: expected comma-separated evals:N, gens:N or secs:X"
-                )
+                    f"budget {text!r}: part {part.strip()!r} is not one of evals:N, gens:N, "
+                    "secs:X (comma-separated)")
             key, val = m.groups()
-            if key == "evals":
-                kw["evaluations"] = int(float(val))
-            elif key == "gens":
-                kw["generations"] = int(float(val))
+            field_name = cls._KEYS[key]
+            if field_name in kw:
+                raise PlannerError(f"budget {text!r}: {key} given twice")
+            try:
+                x = float(val)
+            except ValueError:
+                raise PlannerError(f"budget {text!r}: {key}:{val} is not a number") from None
+            if not x > 0 or x == float("inf"):
+                raise PlannerError(f"budget {text!r}: {key} must be positive and finite, "
+                                   f"got {val}")
+            if key == "secs":
+                kw[field_name] = x
             else:
-                kw["seconds"] = float(val)
-        b = cls(**kw)
-        for name, v in (("evals", b.evaluations), ("gens", b.generations), ("secs", b.seconds)):
-            if v is not None and v <= 0:
-                raise PlannerError(f"budget {name} must be positive, got {v}")
-        return b
+                if x != int(x):
+                    raise PlannerError(
+                        f"budget {text!r}: {key} must be a whole number, got {val}")
+                kw[field_name] = int(x)
+        return cls(**kw)
 
     def __str__(self) -> str:
         parts = []
@@ -86,7 +97,7 @@ class PlanResult:
     wall_time: float = 0.0
     seed: int | None = None
     start_time: float | None = None  # predicted T of the planner's own starting point
-    history: Any = None  # DEAP Logbook for GAs; list of dicts otherwise
+    history: Any = None  # a loop.History once Planner.plan returns
     settings: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,9 +124,23 @@ class Planner:
 
     name: ClassVar[str] = "planner"
     default_budget: ClassVar[str] = "evals:20000"
+    #: Declared settings ``name -> default``; a planner that declares them has them checked
+    #: when it is built (STYLE.md habit 11), so a misspelt setting fails before any work.
+    defaults: ClassVar[dict[str, Any] | None] = None
 
     def __init__(self, **settings: Any) -> None:
         self.settings: dict[str, Any] = dict(settings)
+        #: The resolved settings (defaults overlaid with the given ones, coerced, checked).
+        self.config: dict[str, Any] = dict(settings)
+        if self.defaults is not None:
+            from .settings import resolve_settings
+
+            self.config = self.check_settings(
+                resolve_settings(self.name, self.defaults, settings))
+
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """Range checks beyond the types (hook); raise :class:`PlannerError`."""
+        return settings
 
     def plan(
         self,
@@ -133,6 +158,10 @@ class Planner:
         res = self._plan(problem, mode=mode, budget=b, seed=seed, progress=progress)
         res.wall_time = time.perf_counter() - t0
         res.seed = seed
+        from .loop import History
+
+        res.history = History.from_result(res.history, res.evaluations, res.wall_time,
+                                          res.iteration_time)
         res.plan.validate(problem)
         res.plan.meta.setdefault("schedule", res.schedule)
         res.plan.meta.setdefault("planner", res.planner)

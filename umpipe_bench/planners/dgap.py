@@ -13,6 +13,12 @@ baseline that TiDGAP accelerates. One generation, DEAP style:
 3. the changed offspring are evaluated; the ``HallOfFame`` keeps the best distinct individuals
    ever seen, and the best ``elites`` of them join the next population (elitism).
 
+DGAP plugs into the shared search loop (:mod:`.loop`) through :class:`DGAPEngine`, an ask/tell
+adapter around DEAP's toolbox: ``ask`` runs selection and ``varAnd`` and hands the loop the
+offspring without a valid fitness; ``tell`` sets their fitness and updates the ``HallOfFame``
+and a DEAP ``Logbook`` (kept in the typed history's ``extra["logbook"]``). The loop's objective
+is the reference recurrence one individual at a time (the ``python`` evaluator backend).
+
 The initial population is seeded (:func:`.encoding.seed_plans`): best EDP(M) plans, the
 local-greedy and greedy-dp plans, then random individuals. With elitism the result is never
 worse than the best seed, hence never worse than the best EDP plan under gpipe.
@@ -27,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import random
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,12 +42,14 @@ from deap import algorithms, base, tools
 from ..plan import Plan
 from ..problem import Problem
 from ..simulator import gpipe_recurrence
-from .base import Budget, Planner, PlanResult
-from .encoding import initial_population, seed_plans
-from .ga import GA_DEFAULTS, check_ga_settings, new_logbook, population_size, record, run_engine
+from .base import Budget
+from .ga import GA_DEFAULTS, check_ga_settings, population_size
+from .loop import Evaluate, History, SearchAlgorithm, SearchPlanner
+from .objective import CutBitsObjective, Genomes, Objective
 from .operators import list_crossover, list_mutation
+from .seeding import initial_population, seed_plans
 
-__all__ = ["DGAP", "DGAPEngine", "Individual", "make_toolbox"]
+__all__ = ["DGAP", "DGAPEngine", "Individual", "make_toolbox", "new_logbook"]
 
 
 class FitnessMin(base.Fitness):
@@ -65,6 +72,13 @@ def decode(ind: list[list[int]], S: int, B: int, mode: str) -> Plan:
     fb = [ind[0][s * L:(s + 1) * L] for s in range(S)]
     bb = fb if mode == "stash" else [ind[1][s * L:(s + 1) * L] for s in range(S)]
     return Plan.from_bits(fb, bb, mode)
+
+
+def new_logbook() -> tools.Logbook:
+    """DGAP's DEAP Logbook: one row per generation (population ``min``/``avg``, ``best``)."""
+    lb = tools.Logbook()
+    lb.header = ["gen", "evals", "nevals", "min", "avg", "best"]
+    return lb
 
 
 def make_toolbox(problem: Problem, mode: str, settings: dict[str, Any]) -> base.Toolbox:
@@ -95,96 +109,118 @@ def make_toolbox(problem: Problem, mode: str, settings: dict[str, Any]) -> base.
     return tb
 
 
-class DGAPEngine:
-    """One DGAP run (see the module docstring); :func:`.ga.run_engine` drives it."""
+class DGAPEngine(SearchAlgorithm):
+    """One DGAP run as an ask/tell algorithm around a DEAP toolbox (module docstring)."""
 
     def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
-                 population: int, seed: int | None) -> None:
+                 population: int, seed: int | None,
+                 objective: Objective | None = None) -> None:
         self.problem, self.mode, self.settings = problem, mode, settings
+        self.S, self.B = problem.S, problem.B
         self.P = population
         self.elites = int(settings["elites"])
         self.np_rng = np.random.default_rng(seed)
         self._rand_state = random.Random(seed).getstate()
+        self.objective = objective or CutBitsObjective(problem, mode, "python")
         self.toolbox = make_toolbox(problem, mode, settings)
         self.hof = tools.HallOfFame(self.elites)
         self.logbook = new_logbook()
         self.generation = 0
         self.evaluations = 0
         self.population: list[Individual] = []
-        self.start_time = float("inf")
         self.seed_labels: list[str] = []
-        self._t0 = time.perf_counter()
+        self._offspring: list[Individual] = []
+        self._invalid: list[Individual] = []
+        self.best_time = float("inf")
+        self.start_time = float("inf")
 
-    def _with_random(self, fn: Callable[[], None]) -> None:
+    def _with_random(self, fn: Callable[[], Any]) -> Any:
         outer = random.getstate()
         random.setstate(self._rand_state)
         try:
-            fn()
+            return fn()
         finally:
             self._rand_state = random.getstate()
             random.setstate(outer)
 
-    def _evaluate_bits(self, fb: np.ndarray, bb: np.ndarray) -> np.ndarray:
-        """The reference, one individual at a time (used for the seeding scan)."""
-        S, B, mode = self.problem.S, self.problem.B, self.mode
-        out = np.empty(fb.shape[0])
-        for n in range(fb.shape[0]):
-            ind = [fb[n].reshape(-1).tolist(), bb[n].reshape(-1).tolist()]
-            out[n] = gpipe_recurrence(self.problem, decode(ind, S, B, mode))
-        return out
+    def _to_genomes(self, inds: list[Individual]) -> Genomes:
+        shape = (len(inds), self.S, self.B - 1)
+        f = np.array([ind[0] for ind in inds], dtype=np.uint8).reshape(shape)
+        if self.mode == "stash":
+            return Genomes(f, f)
+        return Genomes(f, np.array([ind[1] for ind in inds], dtype=np.uint8).reshape(shape))
 
-    def initialize(self) -> None:
-        self._t0 = time.perf_counter()
-        seeds = seed_plans(self.problem, self.mode, self._evaluate_bits,
+    def _record(self, nevals: int) -> None:
+        times = np.array([ind.fitness.values[0] for ind in self.population])
+        self.best_time = float(self.hof[0].fitness.values[0])
+        self.logbook.record(gen=self.generation, evals=int(nevals), nevals=self.evaluations,
+                            min=float(times.min()), avg=float(times.mean()),
+                            best=self.best_time)
+
+    def setup(self, evaluate: Evaluate) -> None:
+        def bits_eval(fb: np.ndarray, bb: np.ndarray) -> np.ndarray:
+            self.evaluations += fb.shape[0]
+            return evaluate(Genomes(fb, fb if self.mode == "stash" else bb))
+
+        seeds = seed_plans(self.problem, self.mode, bits_eval,
                            int(self.settings["edp_seeds"]), bool(self.settings["greedy_seeds"]))
         fb, bb, n_seed = initial_population(self.problem, self.mode, self.P, self.np_rng, seeds)
         self.seed_labels = seeds.labels[:n_seed]
-        self.evaluations = seeds.evaluations
         pop = []
         for n in range(self.P):
             chroms = [fb[n].reshape(-1).tolist()]
             if self.mode == "recompute":
                 chroms.append(bb[n].reshape(-1).tolist())
-            ind = Individual(chroms)
-            if n < n_seed:
-                ind.fitness.values = (float(seeds.times[n]),)
-            else:
-                ind.fitness.values = self.toolbox.evaluate(ind)
-                self.evaluations += 1
-            pop.append(ind)
+            pop.append(Individual(chroms))
+        for n in range(n_seed):
+            pop[n].fitness.values = (float(seeds.times[n]),)
+        rest = pop[n_seed:]
+        if rest:
+            for ind, t in zip(rest, bits_eval(*self._split(self._to_genomes(rest)))):
+                ind.fitness.values = (float(t),)
         self.population = pop
         self.hof.update(pop)
-        times = np.array([ind.fitness.values[0] for ind in pop])
-        self.start_time = float(times.min())
-        record(self, times, self.evaluations, self.hof[0].fitness.values[0], self._t0)
+        self.start_time = min(ind.fitness.values[0] for ind in pop)
+        self._record(self.evaluations)
 
-    def max_step_evaluations(self) -> int:
+    @staticmethod
+    def _split(g: Genomes) -> tuple[np.ndarray, np.ndarray]:
+        return g.fwd, g.bwd
+
+    def ask_size(self) -> int:
         return self.P - self.elites
 
-    def step(self) -> None:
+    def ask(self) -> Genomes:
         def gen() -> None:
             tb = self.toolbox
             offspring = tb.select(self.population, self.P - self.elites)
-            offspring = algorithms.varAnd(offspring, tb, self.settings["cxpb"],
-                                          self.settings["mutpb"])
-            invalid = [ind for ind in offspring if not ind.fitness.valid]
-            for ind in invalid:
-                ind.fitness.values = tb.evaluate(ind)
-            self.evaluations += len(invalid)
-            self.hof.update(offspring)
-            self.population = offspring + [tb.clone(e) for e in self.hof[: self.elites]]
-            self.generation += 1
-            times = np.array([ind.fitness.values[0] for ind in self.population])
-            record(self, times, len(invalid), self.hof[0].fitness.values[0], self._t0)
+            self._offspring = algorithms.varAnd(offspring, tb, self.settings["cxpb"],
+                                                self.settings["mutpb"])
 
         self._with_random(gen)
+        self._invalid = [ind for ind in self._offspring if not ind.fitness.valid]
+        return self._to_genomes(self._invalid)
 
-    def best(self) -> tuple[Plan, float]:
+    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+        for ind, t in zip(self._invalid, times):
+            ind.fitness.values = (float(t),)
+        self.evaluations += len(self._invalid)
+        self.hof.update(self._offspring)
+        tb = self.toolbox
+        self.population = self._offspring + [tb.clone(e) for e in self.hof[: self.elites]]
+        self.generation += 1
+        self._record(len(self._invalid))
+
+    def best(self) -> tuple[Genomes, float]:
         ind = self.hof[0]
-        return decode(ind, self.problem.S, self.problem.B, self.mode), ind.fitness.values[0]
+        return self._to_genomes([ind]), float(ind.fitness.values[0])
+
+    def best_plan(self) -> tuple[Plan, float]:
+        ind = self.hof[0]
+        return decode(ind, self.S, self.B, self.mode), float(ind.fitness.values[0])
 
 
-class DGAP(Planner):
+class DGAP(SearchPlanner):
     """Dual-chromosome GA on DEAP, reference fitness one individual at a time.
 
     Settings (``--set``): population, cxpb, mutpb, flip_rate, shift_rate, tournament, elites,
@@ -195,15 +231,21 @@ class DGAP(Planner):
     default_budget = "evals:20000"
     defaults = dict(GA_DEFAULTS)
 
-    def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
-              progress: bool) -> PlanResult:
-        s = check_ga_settings(self.name, self.defaults, self.settings)
-        P = population_size(self.name, problem, s, budget)
-        engine = DGAPEngine(problem, mode, s, P, seed)
-        run_engine(engine, budget, progress, self.name)
-        plan, T = engine.best()
-        return PlanResult(
-            planner=self.name, plan=plan, iteration_time=T, evaluations=engine.evaluations,
-            start_time=engine.start_time, history=engine.logbook,
-            settings={**s, "population": P},
-        )
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        return check_ga_settings(self.name, settings)
+
+    def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
+                       ) -> Objective:
+        return CutBitsObjective(problem, mode, "python")
+
+    def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
+                       budget: Budget, seed: int | None, objective: Objective
+                       ) -> SearchAlgorithm:
+        P = population_size(self.name, problem, settings, budget)
+        settings["population"] = P
+        return DGAPEngine(problem, mode, settings, P, seed, objective)
+
+    def finish(self, history: History, algo: SearchAlgorithm) -> None:
+        assert isinstance(algo, DGAPEngine)
+        history.extra["logbook"] = algo.logbook
+

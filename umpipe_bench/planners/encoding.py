@@ -1,127 +1,105 @@
-"""The dual-chromosome encoding and the seeded initial population (MODEL.md §2).
+"""The one cut-bit encoding of plans (docs/MODEL.md §2), for every search planner.
 
-An individual is two chromosomes of cut bits, forward and backward, each ``S x (B-1)`` bits
-(stage-major: stage ``s`` owns bits ``s*(B-1) .. (s+1)*(B-1)-1``, bit ``i`` = a microbatch
-boundary after sample ``i+1``). Every bit string is a valid composition, so crossover and
-mutation never need repair. In stash mode the backward chromosome is tied to the forward one
-(it is not searched; decoding uses the forward bits for both).
+A chromosome is ``S x (B-1)`` bits, stage-major: bit ``i`` of stage ``s`` is a microbatch
+boundary after sample ``i+1``. Every bit string is a valid composition, so crossover and
+mutation never need repair. An individual is two chromosomes, forward and backward; in stash
+mode the backward one is tied to the forward one (not searched; decoding reuses the forward
+bits). Arrays are uint8 ``[S, B-1]`` per individual, ``[N, S, B-1]`` per population.
 
-The initial population (shared by DGAP and TiDGAP, so that for one seed both start from the
-same individuals): the best ``edp_seeds`` EDP(M) plans found by scanning every M in 1..B, the
-``local-greedy`` and ``greedy-dp`` plans, then random individuals. A random individual draws a
-microbatch count ``M`` log-uniformly in ``[1, B]`` (per chromosome) and sets each bit with
-probability ``(M-1)/(B-1)``: uniform bits (density 0.5, microbatches of ~2 samples) would waste
-most of the population on plans no one would run.
+Everything that turns plans, microbatch counts or integer codes into bits, and back, lives
+here: DGAP, TiDGAP, random search, Optuna and exact all use these functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
 from ..plan import Plan, balanced_split
-from ..problem import Problem
-from .evaluator import bits_to_plan, plan_to_bits
-from .greedy import greedy_dp_plan, local_greedy_plan
 
-__all__ = ["Seeds", "edp_bits", "initial_population", "random_bits", "seed_plans"]
+__all__ = [
+    "bits_to_plan",
+    "codes_to_bits",
+    "decode",
+    "edp_bits",
+    "edp_row",
+    "plan_to_bits",
+    "plans_to_bits",
+    "random_bits",
+]
+
+
+def edp_row(B: int, M: int) -> np.ndarray:
+    """The cut bits ``[B-1]`` of a balanced split of ``B`` into ``M`` parts (MODEL.md §2)."""
+    row = np.zeros(max(B - 1, 0), dtype=np.uint8)
+    cuts = np.cumsum(balanced_split(B, M)[:-1], dtype=np.int64) - 1
+    row[cuts] = 1
+    return row
 
 
 def edp_bits(S: int, B: int, M: int) -> np.ndarray:
     """EDP(M) as cut bits ``[S, B-1]`` (balanced split, larger first; MODEL.md §2)."""
-    row = np.zeros(B - 1, dtype=np.uint8)
-    cuts = np.cumsum(balanced_split(B, M)[:-1], dtype=np.int64) - 1
-    row[cuts] = 1
-    return np.repeat(row[None], S, axis=0)
+    return np.repeat(edp_row(B, M)[None], S, axis=0)
 
 
 def random_bits(rng: np.random.Generator, n: int, S: int, B: int) -> np.ndarray:
-    """``n`` random chromosomes ``[n, S, B-1]``, microbatch count log-uniform in [1, B]."""
+    """``n`` random chromosomes ``[n, S, B-1]``, microbatch count log-uniform in [1, B].
+
+    Uniform bits (density 0.5, microbatches of ~2 samples) would waste most draws on plans no
+    one would run, so each chromosome first draws a count ``M`` log-uniformly in ``[1, B]``
+    and sets each bit with probability ``(M-1)/(B-1)``. The bits come from one float32 draw per
+    bit (half the random bytes of float64, same comparisons at this resolution).
+    """
     L = B - 1
-    if L == 0:
-        return np.zeros((n, S, 0), dtype=np.uint8)
+    if L == 0 or n == 0:
+        return np.zeros((n, S, max(L, 0)), dtype=np.uint8)
     M = np.exp(rng.uniform(0.0, np.log(B), size=n))
-    density = np.clip((M - 1.0) / L, 0.0, 1.0)
-    return (rng.random((n, S, L)) < density[:, None, None]).astype(np.uint8)
+    density = np.clip((M - 1.0) / L, 0.0, 1.0).astype(np.float32)
+    u = rng.random((n, S * L), dtype=np.float32)
+    return np.less(u, density[:, None]).view(np.uint8).reshape(n, S, L)
 
 
-@dataclass
-class Seeds:
-    """The seeded part of an initial population and what it cost."""
-
-    fbits: np.ndarray  # [n, S, B-1]
-    bbits: np.ndarray  # [n, S, B-1]
-    times: np.ndarray  # [n]
-    labels: list[str]
-    evaluations: int
+def codes_to_bits(codes: np.ndarray, S: int, L: int) -> np.ndarray:
+    """Integer codes -> cut bits ``[n, S, L]`` (bit ``j`` of the code = flat bit ``j``)."""
+    shifts = np.arange(S * L, dtype=np.int64)
+    return ((np.asarray(codes, dtype=np.int64)[:, None] >> shifts) & 1).astype(
+        np.uint8).reshape(-1, S, L)
 
 
-def seed_plans(
-    problem: Problem,
-    mode: str,
-    evaluate: Callable[[np.ndarray, np.ndarray], np.ndarray],
-    edp_seeds: int = 4,
-    greedy: bool = True,
-) -> Seeds:
-    """Scan EDP(M) for all M (B evaluations), keep the best ``edp_seeds``; add the greedy plans.
-
-    ``evaluate(fbits, bbits) -> T`` is the planner's own fitness (the reference one individual
-    at a time for DGAP, the population evaluator for TiDGAP); every call is counted.
-    """
-    S, B = problem.S, problem.B
-    edp_f = np.stack([edp_bits(S, B, M) for M in range(1, B + 1)])
-    T_edp = evaluate(edp_f, edp_f)
-    order = np.argsort(T_edp, kind="stable")[: max(0, edp_seeds)]
-    fb = [edp_f[i] for i in order]
-    bb = [edp_f[i] for i in order]
-    times = [float(T_edp[i]) for i in order]
-    labels = [f"EDP({i + 1})" for i in order]
-    evals = B
-    if greedy:
-        plans = [("local-greedy", local_greedy_plan(problem, mode)),
-                 ("greedy-dp", greedy_dp_plan(problem, mode))]
-        gf, gb = zip(*(plan_to_bits(p) for _, p in plans))
-        T_g = evaluate(np.stack(gf), np.stack(gb))
-        evals += len(plans)
-        for (label, _), f, b, t in zip(plans, gf, gb, T_g):
-            fb.append(f)
-            bb.append(b)
-            times.append(float(t))
-            labels.append(label)
-    shape = (0, S, B - 1)
-    return Seeds(
-        fbits=np.stack(fb) if fb else np.zeros(shape, np.uint8),
-        bbits=np.stack(bb) if bb else np.zeros(shape, np.uint8),
-        times=np.array(times, dtype=np.float64),
-        labels=labels,
-        evaluations=evals,
-    )
+def plan_to_bits(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """A plan -> ``(fbits, bbits)``, each uint8 ``[S, B-1]``."""
+    S, B = plan.S, plan.B
+    fb = np.zeros((S, B - 1), dtype=np.uint8)
+    bb = np.zeros((S, B - 1), dtype=np.uint8)
+    for arr, parts in ((fb, plan.fwd), (bb, plan.bwd)):
+        for s, sizes in enumerate(parts):
+            cuts = np.cumsum(sizes[:-1], dtype=np.int64) - 1
+            arr[s, cuts] = 1
+    return fb, bb
 
 
-def initial_population(
-    problem: Problem,
-    mode: str,
-    size: int,
-    rng: np.random.Generator,
-    seeds: Seeds,
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """Seeds first (at most half the population), then random individuals.
+def plans_to_bits(plans: Sequence[Plan]) -> tuple[np.ndarray, np.ndarray]:
+    """Several plans -> ``(fbits, bbits)`` ``[N, S, B-1]``."""
+    pairs = [plan_to_bits(p) for p in plans]
+    return np.stack([f for f, _ in pairs]), np.stack([b for _, b in pairs])
 
-    Returns ``(fbits, bbits, n_seeded)``; in stash mode ``bbits`` is ``fbits``. Random draws
-    come from ``rng`` in a fixed order, so one seed gives one population.
-    """
-    S, B = problem.S, problem.B
-    n_seed = min(len(seeds.labels), max(1, size // 2), size)
-    n_rand = size - n_seed
-    rf = random_bits(rng, n_rand, S, B)
-    rb = random_bits(rng, n_rand, S, B) if mode == "recompute" else rf
-    fb = np.concatenate([seeds.fbits[:n_seed], rf])
-    bb = fb if mode == "stash" else np.concatenate([seeds.bbits[:n_seed], rb])
-    return np.ascontiguousarray(fb), np.ascontiguousarray(bb), n_seed
+
+def bits_to_plan(fb: np.ndarray, bb: np.ndarray | None, mode: str) -> Plan:
+    """``[S, B-1]`` cut bits -> :class:`Plan` (``bb`` ignored in stash mode)."""
+    fb = np.asarray(fb)
+    S, L = fb.shape
+
+    def sizes(row: np.ndarray) -> tuple[int, ...]:
+        ends = np.flatnonzero(row) + 1
+        return tuple(np.diff(ends, prepend=0, append=L + 1).tolist())
+
+    fwd = tuple(sizes(fb[s]) for s in range(S))
+    bwd = fwd if (mode == "stash" or bb is None) else tuple(
+        sizes(np.asarray(bb)[s]) for s in range(S))
+    return Plan(fwd=fwd, bwd=bwd, mode=mode)
 
 
 def decode(fb: np.ndarray, bb: np.ndarray, mode: str) -> Plan:
-    """One individual's bits ``[S, B-1]`` -> :class:`Plan`."""
+    """One individual's bits ``[S, B-1]`` -> :class:`Plan` (alias of :func:`bits_to_plan`)."""
     return bits_to_plan(fb, bb, mode)

@@ -22,7 +22,6 @@ iteration time ``T`` of every individual. Backends:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulator import gpipe_recurrence
 from ._closed_form import NUMPY_OPS, closed_form_backward, closed_form_forward
+from .encoding import bits_to_plan, plan_to_bits, plans_to_bits
 
 __all__ = ["BACKENDS", "PopulationEvaluator", "bits_to_plan", "plan_to_bits", "plans_to_bits"]
 
@@ -45,35 +45,17 @@ def _numba_kernels() -> Any:
     return _kernels
 
 
-def plan_to_bits(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """A plan -> ``(fbits, bbits)``, each uint8 ``[S, B-1]`` (MODEL.md §2 encoding)."""
-    S, B = plan.S, plan.B
-    fb = np.zeros((S, B - 1), dtype=np.uint8)
-    bb = np.zeros((S, B - 1), dtype=np.uint8)
-    for arr, parts in ((fb, plan.fwd), (bb, plan.bwd)):
-        for s, sizes in enumerate(parts):
-            cuts = np.cumsum(sizes[:-1], dtype=np.int64) - 1
-            arr[s, cuts] = 1
-    return fb, bb
+_POOLS: dict[int, Any] = {}
 
 
-def plans_to_bits(plans: Sequence[Plan]) -> tuple[np.ndarray, np.ndarray]:
-    """Several plans -> ``(fbits, bbits)`` ``[N, S, B-1]``."""
-    pairs = [plan_to_bits(p) for p in plans]
-    return np.stack([f for f, _ in pairs]), np.stack([b for _, b in pairs])
+def _pool(workers: int) -> Any:
+    """A process-wide thread pool of ``workers`` threads (created once, on first use)."""
+    if workers not in _POOLS:
+        from concurrent.futures import ThreadPoolExecutor
 
-
-def bits_to_plan(fb: np.ndarray, bb: np.ndarray | None, mode: str) -> Plan:
-    """``[S, B-1]`` cut bits -> :class:`Plan` (``bb`` ignored in stash mode)."""
-    S, L = fb.shape
-
-    def sizes(row: np.ndarray) -> tuple[int, ...]:
-        ends = np.flatnonzero(row) + 1
-        return tuple(np.diff(ends, prepend=0, append=L + 1).tolist())
-
-    fwd = tuple(sizes(fb[s]) for s in range(S))
-    bwd = fwd if (mode == "stash" or bb is None) else tuple(sizes(bb[s]) for s in range(S))
-    return Plan(fwd=fwd, bwd=bwd, mode=mode)
+        _POOLS[workers] = ThreadPoolExecutor(max_workers=workers,
+                                             thread_name_prefix="umpipe-eval")
+    return _POOLS[workers]
 
 
 class PopulationEvaluator:
@@ -85,9 +67,16 @@ class PopulationEvaluator:
     :attr:`evaluations` (full evaluations only).
     """
 
+    #: Fewest rows per thread worth a thread (below, one thread runs the whole call).
+    MIN_ROWS_PER_THREAD = 32
+
     def __init__(
-        self, problem: Problem, mode: str, backend: str = "auto", device: str | None = None
+        self, problem: Problem, mode: str, backend: str = "auto", device: str | None = None,
+        threads: int = 1,
     ) -> None:
+        if threads < 1:
+            raise ValueError(f"evaluator threads must be >= 1, got {threads}")
+        self.threads = int(threads)
         if backend not in BACKENDS:
             raise ValueError(f"unknown evaluator backend {backend!r}; valid: {', '.join(BACKENDS)}")
         self.problem = problem
@@ -131,6 +120,20 @@ class PopulationEvaluator:
             bits = bits.astype(np.uint8)
         return np.ascontiguousarray(bits)
 
+    def _rows(self, n: int, run: Any) -> None:
+        """``run(lo, hi)`` over row blocks: one block per thread when there are enough rows
+        (the numba kernels release the GIL, so the blocks run in parallel)."""
+        k = min(self.threads, n // self.MIN_ROWS_PER_THREAD)
+        if k <= 1:
+            run(0, n)
+            return
+        bounds = np.linspace(0, n, k + 1).astype(int)
+        pool = _pool(k - 1)
+        futures = [pool.submit(run, int(bounds[i]), int(bounds[i + 1])) for i in range(1, k)]
+        run(0, int(bounds[1]))
+        for f in futures:
+            f.result()
+
     # ------------------------------------------------------------------ passes
     def forward(self, fbits: np.ndarray) -> np.ndarray:
         """``F[s, K_s]`` for every individual, ``[N, S]`` (MODEL.md §4 forward loop)."""
@@ -138,7 +141,8 @@ class PopulationEvaluator:
         t = self._tables
         if self._kernels is not None:
             out = np.empty((fb.shape[0], self.S), dtype=np.float64)
-            self._kernels.forward_pass(fb, t["fwd"], t["act"], out)
+            fwd, act, kernel = t["fwd"], t["act"], self._kernels.forward_pass
+            self._rows(fb.shape[0], lambda a, b: kernel(fb[a:b], fwd, act, out[a:b]))
             return out
         if self._torch is not None:
             return self._torch.forward(fb)
@@ -153,7 +157,9 @@ class PopulationEvaluator:
         t = self._tables
         if self._kernels is not None:
             out = np.empty(bb.shape[0], dtype=np.float64)
-            self._kernels.backward_pass(bb, t["cb"], t["grad"], t["opt"], F_last, out)
+            cb, grad, opt, kernel = t["cb"], t["grad"], t["opt"], self._kernels.backward_pass
+            self._rows(bb.shape[0],
+                       lambda a, b: kernel(bb[a:b], cb, grad, opt, F_last[a:b], out[a:b]))
             return out
         if self._torch is not None:
             return self._torch.backward(bb, F_last)

@@ -1,33 +1,23 @@
-"""What DGAP and TiDGAP share: settings, the budget-driven generation loop, the history.
+"""What DGAP and TiDGAP share: settings, their checks and the population size for a budget.
 
-Both GAs are an *engine* (initialize once, then one :meth:`step` per generation) driven by
-:func:`run_engine`, which enforces the budget (MODEL-agnostic: evaluations, generations,
-seconds; the first reached stops) and draws the progress bar. The engine records one DEAP
-``Logbook`` row per generation: ``gen``, ``evals`` (this generation), ``nevals`` (total so
-far), ``min`` and ``avg`` (of the population), ``best`` (so far) and ``time`` (wall seconds).
-
-Evaluation accounting: the seeding phase costs ``B`` EDP evaluations plus 2 greedy plans plus
-the random part of the population; each generation then evaluates only the offspring that
-crossover or mutation changed (as DEAP's ``eaSimple`` does). A generation runs only when its
-worst case (``population - elites`` evaluations) still fits an evaluation budget, so
-``evaluations <= budget`` always.
+Both GAs are ask/tell algorithms run by :class:`.loop.SearchLoop`, which owns the budget, the
+evaluation count and the typed history. Evaluation accounting (docs/MODEL.md §4 evaluations):
+the seeding phase costs ``B`` EDP evaluations plus 2 greedy plans plus the random part of the
+population (:mod:`.seeding`); each generation then evaluates only the offspring that crossover
+or mutation changed (as DEAP's ``eaSimple`` does); a generation runs only when its worst case
+(``population - elites`` evaluations) still fits an evaluation budget.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-from deap import tools
-from tqdm.auto import tqdm
-
-from ..plan import Plan
 from ..problem import Problem
 from .base import Budget, PlannerError
-from .settings import resolve_settings
+from .seeding import seeding_evaluations
 
-__all__ = ["GA_DEFAULTS", "Engine", "check_ga_settings", "new_logbook", "run_engine"]
+__all__ = ["AUTO_BITS", "AUTO_FLOOR", "AUTO_GENERATIONS", "GA_DEFAULTS", "check_ga_settings",
+           "min_population", "population_size"]
 
 #: Defaults shared by DGAP and TiDGAP (chosen on the sim problems; see docs in the planners).
 GA_DEFAULTS: dict[str, Any] = {
@@ -43,10 +33,20 @@ GA_DEFAULTS: dict[str, Any] = {
 }
 
 
-def check_ga_settings(planner: str, defaults: dict[str, Any], given: dict[str, Any]
-                      ) -> dict[str, Any]:
-    """Resolve and range-check GA settings."""
-    s = resolve_settings(planner, defaults, given)
+#: ``population`` is the largest population: an evaluation budget must also buy
+#: ``AUTO_GENERATIONS`` generations per ``AUTO_BITS`` bits of chromosome (at least that many
+#: generations), so a run uses fewer individuals when it would not, down to ``AUTO_FLOOR``.
+#: Measured (results/perf/quality.md): on gpt1-14 and vgg16 (210-496 bits) a population of
+#: ~1000 makes the result depend far less on the seed than 128 at the same budget (TiDGAP's
+#: default is 1024); at S = 64, B = 1024 (65,472 bits) 128 beats 1000, which gets too few
+#: generations.
+AUTO_GENERATIONS = 200
+AUTO_BITS = 512
+AUTO_FLOOR = 128
+
+
+def check_ga_settings(planner: str, s: dict[str, Any]) -> dict[str, Any]:
+    """Range-check resolved GA settings (types were checked by :func:`.settings.coerce`)."""
     if s["population"] < 2:
         raise PlannerError(f"planner {planner!r}: population must be >= 2")
     for k in ("cxpb", "mutpb"):
@@ -64,75 +64,31 @@ def check_ga_settings(planner: str, defaults: dict[str, Any], given: dict[str, A
     return s
 
 
-def new_logbook() -> tools.Logbook:
-    lb = tools.Logbook()
-    lb.header = ["gen", "evals", "nevals", "min", "avg", "best", "time"]
-    return lb
+def min_population(settings: dict[str, Any]) -> int:
+    """The smallest population a run uses: 4, and room for 2 offspring beside the elites."""
+    return max(4, int(settings["elites"]) + 2)
 
 
 def population_size(planner: str, problem: Problem, settings: dict[str, Any],
                     budget: Budget) -> int:
-    """The population, capped so the seeding phase fits an evaluation budget."""
+    """The population, capped so the seeding phase fits an evaluation budget.
+
+    The population is ``population`` or fewer (see :data:`AUTO_GENERATIONS`). The smallest
+    budget that runs is the seeding scan plus :func:`min_population` (the initial
+    population is evaluated in full; a generation then needs ``population - elites`` more).
+    """
     P = int(settings["population"])
-    if budget.evaluations is not None:
-        seeding = problem.B + (2 if settings["greedy_seeds"] else 0)
-        room = budget.evaluations - seeding
-        if room < 4:
-            raise PlannerError(
-                f"planner {planner!r}: budget evals:{budget.evaluations} is too small for "
-                f"problem {problem.name!r}: seeding scans EDP(M) for all M (B={problem.B}) plus "
-                f"the greedy plans, then needs a population of at least 4; use at least "
-                f"evals:{seeding + 4 + P}"
-            )
-        P = min(P, room)
-    return max(P, int(settings["elites"]) + 2)
-
-
-class Engine(Protocol):
-    """One GA run: :meth:`initialize`, then :meth:`step` once per generation."""
-
-    generation: int
-    evaluations: int
-    logbook: tools.Logbook
-    start_time: float
-
-    def initialize(self) -> None: ...
-    def step(self) -> None: ...
-    def max_step_evaluations(self) -> int: ...
-    def best(self) -> tuple[Plan, float]: ...
-
-
-def run_engine(engine: Engine, budget: Budget, progress: bool, desc: str) -> None:
-    """Initialize, then step until the budget is reached (MODEL-free driver)."""
-    if budget.evaluations is None and budget.generations is None and budget.seconds is None:
-        raise PlannerError("a GA needs a finite budget: evals:N, gens:N or secs:X")
-    t0 = time.perf_counter()
-    engine.initialize()
-    total = budget.generations
-    with tqdm(total=total, disable=not progress, desc=desc, unit="gen", leave=False) as bar:
-        while True:
-            if budget.generations is not None and engine.generation >= budget.generations:
-                break
-            if (budget.evaluations is not None
-                    and engine.evaluations + engine.max_step_evaluations() > budget.evaluations):
-                break
-            if budget.seconds is not None and time.perf_counter() - t0 >= budget.seconds:
-                break
-            engine.step()
-            bar.update(1)
-            bar.set_postfix(best=f"{engine.best()[1]:.6g}", evals=engine.evaluations,
-                            refresh=False)
-
-
-def record(engine: Any, times: np.ndarray, nevals: int, best: float, t0: float) -> None:
-    """Append one Logbook row (population ``times`` of this generation)."""
-    finite = times[np.isfinite(times)]
-    engine.logbook.record(
-        gen=engine.generation,
-        evals=int(nevals),
-        nevals=int(engine.evaluations),
-        min=float(finite.min()) if finite.size else float("inf"),
-        avg=float(finite.mean()) if finite.size else float("inf"),
-        best=float(best),
-        time=time.perf_counter() - t0,
-    )
+    if budget.evaluations is None:
+        return max(P, min_population(settings))
+    gens = AUTO_GENERATIONS * max(1.0, problem.S * (problem.B - 1) / AUTO_BITS)
+    P = min(P, max(min(P, AUTO_FLOOR), int(budget.evaluations / gens)))
+    seeding = seeding_evaluations(problem.B, bool(settings["greedy_seeds"]))
+    least = min_population(settings)
+    room = budget.evaluations - seeding
+    if room < least:
+        raise PlannerError(
+            f"planner {planner!r}: budget evals:{budget.evaluations} is too small for problem "
+            f"{problem.name!r}: seeding scans EDP(M) for all M (B={problem.B})"
+            f"{' plus the 2 greedy plans' if settings['greedy_seeds'] else ''}, then needs a "
+            f"population of at least {least}; use at least evals:{seeding + least}")
+    return max(min(P, room), least)

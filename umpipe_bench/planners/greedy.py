@@ -30,7 +30,8 @@ import numpy as np
 from ..plan import Plan
 from ..problem import Problem
 
-__all__ = ["greedy_dp_plan", "local_greedy_plan", "local_greedy_sizes", "pareto_prefix_dp"]
+__all__ = ["greedy_dp_plan", "local_greedy_plan", "local_greedy_sizes", "pareto_prefix_dp",
+           "prefix_dp_sizes"]
 
 
 def _best_size(cost: np.ndarray) -> int:
@@ -116,6 +117,21 @@ def pareto_prefix_dp(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def prefix_dp_sizes(
+    R: np.ndarray, cost: np.ndarray, link: np.ndarray | None, start: float
+) -> tuple[int, ...]:
+    """:func:`pareto_prefix_dp`, compiled (:mod:`._prefix_dp`: same result, ties included);
+    the numpy form stays as the readable reference the tests compare against."""
+    from ._prefix_dp import prefix_dp
+
+    has_link = link is not None
+    ends = prefix_dp(np.ascontiguousarray(R, dtype=np.float64),
+                     np.ascontiguousarray(cost, dtype=np.float64),
+                     np.ascontiguousarray(link if has_link else cost, dtype=np.float64),
+                     has_link, float(start))
+    return tuple(int(x) for x in np.diff(ends, prepend=0))
+
+
 def _fill(ends: np.ndarray, values: list[float], B: int) -> np.ndarray:
     """Per last-sample ``a`` = 1..B: the value of the microbatch holding sample ``a - 1``."""
     out = np.zeros(B + 1)
@@ -137,7 +153,7 @@ def greedy_dp_plan(problem: Problem, mode: str = "stash") -> Plan:
     R = np.zeros(B + 1)
     for s in range(S):
         link = tb.act[s] if s < S - 1 else None
-        P = pareto_prefix_dp(R, tb.fwd[s], link, 0.0)
+        P = prefix_dp_sizes(R, tb.fwd[s], link, 0.0)
         fwd_parts.append(P)
         F = X = 0.0
         Xs = []
@@ -157,7 +173,7 @@ def greedy_dp_plan(problem: Problem, mode: str = "stash") -> Plan:
     for s in range(S - 1, -1, -1):
         Rb = np.full(B + 1, F_last[s]) if Y_fill is None else np.maximum(F_last[s], Y_fill)
         link = tb.grad[s - 1] if s > 0 else None
-        Q = pareto_prefix_dp(Rb, cb[s], link, F_last[s])
+        Q = prefix_dp_sizes(Rb, cb[s], link, F_last[s])
         bwd_parts[s] = Q
         G, Y = F_last[s], 0.0
         Ys = []

@@ -1,173 +1,251 @@
-"""TiDGAP: DGAP's search with both levels of the paper's acceleration (MODEL.md §4).
+"""TiDGAP: DGAP's search with both levels of the paper's acceleration (docs/MODEL.md §4).
 
-Same encoding, seeding, operators (distributions), elitism and budget accounting as
+Same encoding, seeding, operator distributions, elitism and budget accounting as
 :mod:`.dgap`; what changes is how a generation is computed:
 
 * **evaluation**: the changed offspring of a whole generation are evaluated in one call of
-  :class:`.evaluator.PopulationEvaluator`, all individuals and all microbatches at once
-  (``backend``: ``auto`` = compiled numba loops, bit-identical to the reference; ``numpy`` =
-  the closed form as matrix operations; ``torch`` = the closed form on a torch device);
-* **variation**: the population is two uint8 arrays ``[P, S*(B-1)]`` (forward and backward
-  chromosomes); tournament selection, two-point crossover and mutation are array operations on
-  the whole population (:mod:`.operators`), so no per-individual Python object, clone or
-  fitness wrapper is created (DEAP's bookkeeping alone costs more than the evaluation:
-  PERF-ANCHORS.md).
+  the objective (:class:`.objective.CutBitsObjective`: all individuals and all microbatches at
+  once; ``backend`` auto = compiled numba loops, bit-identical to the reference; numpy = the
+  closed form as matrix operations; torch = the closed form on a torch device);
+* **variation**: the population is two preallocated uint8 buffers ``[P, S*(B-1)]`` per
+  chromosome (this generation and the next, swapped); selection, crossover and mutation of a
+  whole generation are one compiled call (:mod:`._variation`) that writes the changed
+  offspring first, so the evaluator reads one contiguous slice. No per-individual Python
+  object, clone, fitness wrapper or per-generation plan decoding (PERF-ANCHORS.md).
 
-The history is still a DEAP ``Logbook``; elitism keeps the best ``elites`` distinct
-individuals (a hall of fame over arrays). Randomness comes from one
-``numpy.random.Generator(seed)``: same seed, same result (for evaluation and generation
-budgets; a seconds budget stops wherever the clock says).
+Robustness over seeds (the same budget, less luck): when the best has not improved for
+``patience`` generations, the next generation is a *local* one: every offspring is the best
+individual plus one random move (a flip or a boundary shift; :func:`._variation.vary`), a
+sampled neighbourhood of the best, and the best neighbour replaces the best if it is better
+(the rest of the population is kept, so it keeps its diversity). Local generations repeat
+while they improve the best. When the GA is stuck again right after two local searches
+failed, the next generation *restarts* the population: fresh random individuals beside the
+elites. ``patience=0`` turns both off (plain DGAP dynamics).
+
+Randomness comes from one ``numpy.random.Generator(seed)``: same seed, same result (for
+evaluation and generation budgets; a seconds budget stops wherever the clock says).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
-from ..plan import Plan
 from ..problem import Problem
-from ..simulator import gpipe_recurrence
-from .base import Budget, Planner, PlannerError, PlanResult
-from .encoding import initial_population, seed_plans
-from .evaluator import BACKENDS, PopulationEvaluator, bits_to_plan
-from .ga import GA_DEFAULTS, check_ga_settings, new_logbook, population_size, record, run_engine
-from .operators import array_crossover, array_mutation, array_tournament
+from .base import Budget, PlannerError
+from .encoding import random_bits
+from .evaluator import BACKENDS
+from .ga import GA_DEFAULTS, check_ga_settings, population_size
+from .loop import Evaluate, SearchAlgorithm, SearchPlanner
+from .objective import CutBitsObjective, Genomes, Objective
+from .seeding import initial_population, seed_plans
 
 __all__ = ["TiDGAP", "TiDGAPEngine"]
 
 
-class TiDGAPEngine:
-    """One TiDGAP run over array populations; :func:`.ga.run_engine` drives it."""
+class TiDGAPEngine(SearchAlgorithm):
+    """One TiDGAP run over array populations (ask/tell; :class:`.loop.SearchLoop` drives)."""
 
     def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
                  population: int, seed: int | None,
-                 evaluator: PopulationEvaluator | None = None) -> None:
+                 objective: Objective | None = None) -> None:
+        from . import _variation
+
+        self._vary = _variation
         self.problem, self.mode, self.settings = problem, mode, settings
         self.S, self.B = problem.S, problem.B
         self.L = self.S * (self.B - 1)
         self.P = population
         self.elites = int(settings["elites"])
+        self.patience = int(settings.get("patience", 0))
         self.rng = np.random.default_rng(seed)
-        self.evaluator = evaluator or PopulationEvaluator(
+        self.objective = objective or CutBitsObjective(
             problem, mode, settings.get("backend", "auto"), settings.get("device") or None)
-        self.logbook = new_logbook()
-        self.generation = 0
-        self.evaluations = 0
-        self.start_time = float("inf")
-        self.seed_labels: list[str] = []
-        self.pop_f = np.zeros((0, self.L), np.uint8)
-        self.pop_b = self.pop_f
-        self.times = np.zeros(0)
+        self.recompute = mode == "recompute"
+        shape = (self.P, self.L)
+        self._f = [np.zeros(shape, np.uint8), np.zeros(shape, np.uint8)]
+        self._b = ([np.zeros(shape, np.uint8), np.zeros(shape, np.uint8)]
+                   if self.recompute else self._f)
+        self._t = [np.full(self.P, np.inf), np.full(self.P, np.inf)]
+        self.cur = 0
         self.elite_idx = np.zeros(0, np.int64)
-        self._t0 = time.perf_counter()
+        self.seed_labels: list[str] = []
+        self.generation = 0
+        self.stale = 0
+        self.fails = 0
+        self.neutral = 0
+        self.phase = "ga"  # or "local" (around the best) or "restart" (fresh random rest)
+        self._nc = 0
+        self._nu = self._vary.uniforms_needed(self.P, int(settings["tournament"]),
+                                              float(settings["flip_rate"]),
+                                              float(settings["shift_rate"]))
+        self.best_time = float("inf")
+        self.start_time = float("inf")
 
-    def _eval(self, f: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # ---------------------------------------------------------------- views
+    @property
+    def pop_f(self) -> np.ndarray:
+        return self._f[self.cur]
+
+    @property
+    def pop_b(self) -> np.ndarray:
+        return self._b[self.cur]
+
+    @property
+    def times(self) -> np.ndarray:
+        return self._t[self.cur]
+
+    def _genomes(self, f: np.ndarray, b: np.ndarray) -> Genomes:
         shape = (f.shape[0], self.S, self.B - 1)
-        return self.evaluator(f.reshape(shape), b.reshape(shape))
+        gf = f.reshape(shape)
+        return Genomes(gf, b.reshape(shape) if self.recompute else gf)
 
-    def initialize(self) -> None:
-        self._t0 = time.perf_counter()
-        seeds = seed_plans(self.problem, self.mode, self._eval,
-                           int(self.settings["edp_seeds"]), bool(self.settings["greedy_seeds"]))
+    def _bits_eval(self, evaluate: Evaluate) -> Any:
+        def run(fb: np.ndarray, bb: np.ndarray) -> np.ndarray:
+            return evaluate(Genomes(fb, bb if self.recompute else fb))
+        return run
+
+    # ---------------------------------------------------------------- ask/tell hooks
+    def setup(self, evaluate: Evaluate) -> None:
+        s = self.settings
+        seeds = seed_plans(self.problem, self.mode, self._bits_eval(evaluate),
+                           int(s["edp_seeds"]), bool(s["greedy_seeds"]))
         fb, bb, n_seed = initial_population(self.problem, self.mode, self.P, self.rng, seeds)
         self.seed_labels = seeds.labels[:n_seed]
-        self.pop_f = fb.reshape(self.P, self.L).copy()
-        self.pop_b = self.pop_f if self.mode == "stash" else bb.reshape(self.P, self.L).copy()
-        times = np.empty(self.P)
-        times[:n_seed] = seeds.times[:n_seed]
-        times[n_seed:] = self._eval(self.pop_f[n_seed:], self.pop_b[n_seed:])
-        self.times = times
-        self.evaluations = seeds.evaluations + (self.P - n_seed)
-        self.start_time = float(times.min())
+        self.pop_f[:] = fb.reshape(self.P, self.L)
+        if self.recompute:
+            self.pop_b[:] = bb.reshape(self.P, self.L)
+        t = self.times
+        t[:n_seed] = seeds.times[:n_seed]
+        t[n_seed:] = evaluate(self._genomes(self.pop_f[n_seed:], self.pop_b[n_seed:]))
+        self.start_time = float(t.min())
         self._update_elites()
-        record(self, times, self.evaluations, self.times[self.elite_idx[0]], self._t0)
 
     def _update_elites(self) -> None:
-        """The best ``elites`` distinct individuals of the population (a hall of fame: with
-        elitism the population always holds the best ever found)."""
-        order = np.argsort(self.times, kind="stable")
-        chosen: list[int] = []
-        for i in order:
-            if all(not (np.array_equal(self.pop_f[i], self.pop_f[j])
-                        and np.array_equal(self.pop_b[i], self.pop_b[j])) for j in chosen):
-                chosen.append(int(i))
-                if len(chosen) == self.elites:
-                    break
-        self.elite_idx = np.array(chosen, dtype=np.int64)
+        """The best ``elites`` distinct individuals (a hall of fame: with elitism the
+        population always holds the best ever found)."""
+        self.elite_idx = self._vary.elite_rows(self.pop_f, self.pop_b, self.times,
+                                               self.elites, self.recompute)
+        best = float(self.times[self.elite_idx[0]])
+        if best < self.best_time:
+            self.best_time = best
+            self.stale = 0
+        else:
+            self.stale += 1
 
-    def max_step_evaluations(self) -> int:
+    def ask_size(self) -> int:
         return self.P - self.elites
 
-    def step(self) -> None:
-        s, rng = self.settings, self.rng
+    def ask(self) -> Genomes:
+        s = self.settings
+        nxt = 1 - self.cur
         n_off = self.P - self.elites
-        sel = array_tournament(rng, self.times, n_off, int(s["tournament"]))
-        off_f = self.pop_f[sel]
-        off_b = off_f if self.mode == "stash" else self.pop_b[sel]
-        # Crossover: one decision per pair, then each chromosome with its own cut points.
-        pairs = np.flatnonzero(rng.random(n_off // 2) < float(s["cxpb"]))
-        changed = np.zeros(n_off, dtype=bool)
-        changed[2 * pairs] = changed[2 * pairs + 1] = True
-        array_crossover(rng, off_f, pairs)
-        if self.mode == "recompute":
-            array_crossover(rng, off_b, pairs)
-        # Mutation: one decision per offspring, then each chromosome.
-        mut = np.flatnonzero(rng.random(n_off) < float(s["mutpb"]))
-        changed[mut] = True
-        stage_len = self.B - 1
-        array_mutation(rng, off_f, mut, stage_len, float(s["flip_rate"]), float(s["shift_rate"]))
-        if self.mode == "recompute":
-            array_mutation(rng, off_b, mut, stage_len, float(s["flip_rate"]),
-                           float(s["shift_rate"]))
-        off_t = self.times[sel]
-        idx = np.flatnonzero(changed)
-        if idx.size:
-            off_t[idx] = self._eval(off_f[idx], off_b[idx])
-        self.evaluations += int(idx.size)
+        nf, nb, nt = self._f[nxt], self._b[nxt], self._t[nxt]
+        args = (self.pop_f, self.pop_b, self.times, nf, nb, nt, n_off, int(s["tournament"]),
+                float(s["cxpb"]), float(s["mutpb"]), float(s["flip_rate"]),
+                float(s["shift_rate"]), float(s.get("copy_rate", 0.0)), self.B - 1,
+                self.recompute, self.phase == "local", int(self.elite_idx[0]))
+        nc = self._vary.vary(self.rng.random(self._nu), *args)
+        while nc < 0:  # ran out of uniforms (rare): draw twice as many and vary again
+            self._nu *= 2
+            nc = self._vary.vary(self.rng.random(self._nu), *args)
+        self._nc = int(nc)
+        if self.phase == "restart":
+            nf[:n_off] = random_bits(self.rng, n_off, self.S, self.B).reshape(n_off, self.L)
+            if self.recompute:
+                nb[:n_off] = random_bits(self.rng, n_off, self.S, self.B).reshape(
+                    n_off, self.L)
+            self._nc = n_off
         el = self.elite_idx
-        self.pop_f = np.concatenate([off_f, self.pop_f[el]])
-        self.pop_b = self.pop_f if self.mode == "stash" else np.concatenate(
-            [off_b, self.pop_b[el]])
-        self.times = np.concatenate([off_t, self.times[el]])
-        self._update_elites()
+        nf[n_off:n_off + el.size] = self.pop_f[el]
+        if self.recompute:
+            nb[n_off:n_off + el.size] = self.pop_b[el]
+        nt[n_off:n_off + el.size] = self.times[el]
+        return self._genomes(nf[:self._nc], nb[:self._nc])
+
+    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+        nxt = 1 - self.cur
         self.generation += 1
-        record(self, self.times, idx.size, self.times[self.elite_idx[0]], self._t0)
+        if self.phase == "local":
+            # A local generation only moves the best individual (Lamarckian): to its best
+            # neighbour when that is better, or equal (a step along a plateau: T is a max over
+            # stages, so most moves leave it unchanged; up to ``patience`` such steps in a
+            # row). The rest of the population keeps its diversity.
+            moved = improved = False
+            if times.size:
+                j = int(np.argmin(times))
+                e = int(self.elite_idx[0])
+                improved = bool(times[j] < self.times[e])
+                if improved or (times[j] == self.times[e] and self.neutral < self.patience):
+                    self.pop_f[e] = self._f[nxt][j]
+                    if self.recompute:
+                        self.pop_b[e] = self._b[nxt][j]
+                    self.times[e] = times[j]
+                    moved = True
+            self._update_elites()
+            if improved:
+                self.fails = self.neutral = 0
+            elif moved:
+                self.neutral += 1
+            else:
+                self.fails += 1
+                self.neutral = self.stale = 0
+                self.phase = "ga"
+            return
+        self._t[nxt][:self._nc] = times
+        self.cur = nxt
+        self._update_elites()
+        if self.stale == 0:
+            self.fails = 0
+        self.phase = "ga"
+        if 0 < self.patience <= self.stale:
+            # Stuck: search around the best; stuck again right after: restart the rest.
+            self.phase = "restart" if self.fails >= 2 else "local"
+            if self.phase == "restart":
+                self.fails = 0
+                self.stale = 0
 
-    def best(self) -> tuple[Plan, float]:
+    def best(self) -> tuple[Genomes, float]:
         i = int(self.elite_idx[0])
-        shape = (self.S, self.B - 1)
-        plan = bits_to_plan(self.pop_f[i].reshape(shape), self.pop_b[i].reshape(shape),
-                            self.mode)
-        return plan, float(self.times[i])
+        return self._genomes(self.pop_f[i:i + 1], self.pop_b[i:i + 1]), float(self.times[i])
 
 
-class TiDGAP(Planner):
-    """DGAP with whole-population evaluation and variation as array operations.
+class TiDGAP(SearchPlanner):
+    """DGAP with whole-population evaluation and compiled array variation.
 
-    Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` plus ``backend``
-    (auto, numba, numpy, torch, python) and ``device`` (torch backend: e.g. ``cuda``).
+    Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
+    largest population, 1024; fewer when the budget would buy too few generations,
+    :func:`.ga.population_size`), ``patience``
+    (generations without improvement before a local generation; 0: never), ``copy_rate``
+    (probability that a mutation also copies one stage's partition onto a neighbour stage:
+    aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
+    python), ``device`` (torch backend: e.g. ``cuda``) and ``threads`` (numba backend: the
+    population split over this many threads).
     """
 
     name = "tidgap"
     default_budget = "evals:200000"
-    defaults = {**GA_DEFAULTS, "backend": "auto", "device": ""}
+    defaults = {**GA_DEFAULTS, "population": 1024, "patience": 10, "copy_rate": 1.0,
+                "backend": "auto", "device": "", "threads": 1}
 
-    def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
-              progress: bool) -> PlanResult:
-        s = check_ga_settings(self.name, self.defaults, self.settings)
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        s = check_ga_settings(self.name, settings)
         if s["backend"] not in BACKENDS:
             raise PlannerError(
-                f"planner 'tidgap': backend {s['backend']!r} unknown; valid: {', '.join(BACKENDS)}")
-        P = population_size(self.name, problem, s, budget)
-        engine = TiDGAPEngine(problem, mode, s, P, seed)
-        run_engine(engine, budget, progress, self.name)
-        plan, _ = engine.best()
-        # Report the reference simulator's T (identical for the numba backend).
-        T = gpipe_recurrence(problem, plan)
-        return PlanResult(
-            planner=self.name, plan=plan, iteration_time=T, evaluations=engine.evaluations,
-            start_time=engine.start_time, history=engine.logbook,
-            settings={**s, "population": P, "backend": engine.evaluator.backend},
-        )
+                f"planner {self.name!r}: backend {s['backend']!r} unknown; valid: "
+                f"{', '.join(BACKENDS)}")
+        if s["patience"] < 0:
+            raise PlannerError(f"planner {self.name!r}: patience must be >= 0")
+        if not 0.0 <= s["copy_rate"] <= 1.0:
+            raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
+        if s["threads"] < 1:
+            raise PlannerError(f"planner {self.name!r}: threads must be >= 1")
+        return s
+
+    def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
+                       budget: Budget, seed: int | None, objective: Objective
+                       ) -> SearchAlgorithm:
+        P = population_size(self.name, problem, settings, budget)
+        settings["population"] = P
+        return TiDGAPEngine(problem, mode, settings, P, seed, objective)

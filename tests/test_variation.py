@@ -1,0 +1,119 @@
+"""TiDGAP's compiled variation (planners/_variation.py): the operators' invariants, known by
+construction (docs/MODEL.md §2 encoding), and the lean generation (no plan decoding per
+generation)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from umpipe_bench.planners import _variation as V
+from umpipe_bench.planners.tidgap import TiDGAP
+from umpipe_bench.synthetic import synthetic_problem
+
+
+def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, shift=2.0,
+          stage_len=None, local=False, best=0, seed=0, cur_b=None):
+    rng = np.random.default_rng(seed)
+    P, L = cur_f.shape
+    recompute = cur_b is not None
+    cb = cur_b if recompute else cur_f
+    nf = np.zeros_like(cur_f)
+    nb = np.zeros_like(cur_f) if recompute else nf
+    nt = np.full(P, np.nan)
+    args = (cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift, 0.0,
+            stage_len or L, recompute, local, best)
+    nc = V.vary(rng.random(8), *args)
+    assert nc == -1  # too few uniforms: says so, the caller draws more
+    nc = V.vary(rng.random(V.uniforms_needed(n_off, tournament, flip, shift)), *args)
+    return nc, nf, nb, nt
+
+
+def test_crossover_swaps_one_contiguous_segment():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        a = np.zeros(12, np.uint8)
+        b = np.ones(12, np.uint8)
+        assert V._cross(rng.random(2), 0, a, b, 12) == 2
+        assert (a + b == 1).all()
+        seg = np.flatnonzero(a)
+        assert 1 <= seg.size <= 11 and (np.diff(seg) == 1).all()
+
+
+def test_shifts_stay_in_stage():
+    rng = np.random.default_rng(0)
+    S, L = 3, 5
+    for _ in range(100):
+        row = np.zeros(S * L, np.uint8)
+        row[L - 1] = 1  # a cut at the last bit of stage 0
+        V._mutate(rng.random(64), 0, row, S * L, L, S, 0.0, 1.0, 0.0)
+        assert row[:L].sum() == 1 and row[L:].sum() == 0
+
+
+@pytest.mark.parametrize("n,p", [(10, 0.1), (200, 0.005), (5, 0.6), (7, 1.0), (7, 0.0)])
+def test_binomial_by_inversion(n, p):
+    rng = np.random.default_rng(5)
+    k = np.array([V._binomial(x, n, p) for x in rng.random(20000)])
+    assert 0 <= k.min() and k.max() <= n
+    assert k.mean() == pytest.approx(n * p, abs=0.05 * max(1.0, n * p))
+    assert k.var() == pytest.approx(n * p * (1 - p), abs=0.08 * max(1.0, n * p))
+
+
+def test_tournament_of_everyone_picks_the_best_and_unchanged_keep_their_time():
+    rng = np.random.default_rng(1)
+    P, L = 16, 9
+    cur = (rng.random((P, L)) < 0.5).astype(np.uint8)
+    times = rng.random(P) + 1.0
+    times[5] = 0.5
+    nc, nf, _, nt = _vary(cur, times, 10, tournament=200, cxpb=0.0, mutpb=0.0)
+    assert nc == 0
+    assert (nf[:10] == cur[5]).all() and (nt[:10] == 0.5).all()
+
+
+def test_changed_offspring_come_first():
+    rng = np.random.default_rng(2)
+    P, L = 32, 20
+    cur = (rng.random((P, L)) < 0.3).astype(np.uint8)
+    times = rng.random(P)
+    nc, nf, _, nt = _vary(cur, times, 30, cxpb=0.5, mutpb=0.3, seed=3)
+    assert 0 < nc < 30
+    assert np.isnan(nt[:nc]).all()  # to be evaluated
+    assert not np.isnan(nt[nc:30]).any()  # unchanged: the parent's time
+    for k in range(nc, 30):  # an unchanged offspring is a copy of a parent with that time
+        match = np.flatnonzero((cur == nf[k]).all(axis=1))
+        assert any(times[j] == nt[k] for j in match)
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_local_generation_is_one_move_from_the_best(recompute):
+    rng = np.random.default_rng(4)
+    P, S, Ls = 8, 3, 6
+    cur = (rng.random((P, S * Ls)) < 0.4).astype(np.uint8)
+    cur_b = (rng.random((P, S * Ls)) < 0.4).astype(np.uint8) if recompute else None
+    times = np.arange(P, dtype=float)
+    nc, nf, nb, _ = _vary(cur, times, 7, stage_len=Ls, local=True, best=2, cur_b=cur_b)
+    assert nc == 7
+    for k in range(7):
+        d = int((nf[k] != cur[2]).sum()) + (int((nb[k] != cur_b[2]).sum()) if recompute else 0)
+        assert d in (1, 2)  # one flip, or one shift (two bits swap)
+
+
+def test_elite_rows_are_distinct_and_best_first():
+    pop = np.array([[1, 0], [1, 0], [0, 1], [0, 0]], np.uint8)
+    times = np.array([1.0, 1.0, 2.0, 0.5])
+    assert V.elite_rows(pop, pop, times, 3, False).tolist() == [3, 0, 2]
+
+
+def test_no_plan_is_decoded_per_generation(monkeypatch):
+    """Lean generations: the search never builds a Plan inside the loop (only the result)."""
+    import umpipe_bench.planners.encoding as enc
+
+    calls = []
+    real = enc.bits_to_plan
+    monkeypatch.setattr(enc, "bits_to_plan", lambda *a: calls.append(1) or real(*a))
+    import umpipe_bench.planners.objective as obj
+
+    monkeypatch.setattr(obj, "bits_to_plan", enc.bits_to_plan)
+    res = TiDGAP(population=16).plan(synthetic_problem(4, 16, 0), budget="gens:30", seed=0)
+    assert len(res.history) == 31
+    assert len(calls) == 1

@@ -1,0 +1,242 @@
+"""Compiled (numba) variation for TiDGAP: one call builds a whole generation's offspring.
+
+The operators are those of :mod:`.operators` (docs/MODEL.md §2 encoding): tournament
+selection, two-point crossover per chromosome with one mating decision per pair, and mutation
+per chromosome (bit flips, count ~ Binomial(len, flip_rate/len), then within-stage boundary
+shifts, count ~ Binomial(S*(stage_len-1), shift_rate/len), applied one after another as DEAP
+applies them). A ``local`` generation instead makes every offspring the best individual plus
+exactly one move (a flip or a shift): a sampled neighbourhood, the local search on the best.
+
+What makes a generation cheap (PERF-ANCHORS.md: the loop around the evaluation was the cost):
+the population lives in preallocated ``[P, len]`` uint8 buffers (the current and the next
+generation, swapped); the random numbers are one bulk draw of uniforms from the run's
+``numpy.random.Generator`` (integers by scaling, binomial counts by inversion: passing the
+generator itself into numba costs ~40 µs a call and ~90 ns a draw); only ``O(changes)`` bytes
+are touched besides the one copy of each parent row; the offspring that changed are written
+first, so the evaluator reads one contiguous slice.
+
+Importing this module imports numba; :mod:`.tidgap` imports it lazily (``cache=True``: a
+second process compiles nothing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["elite_rows", "uniforms_needed", "vary"]
+
+
+@njit(cache=True)
+def _int(u, c, n):  # pragma: no cover - compiled
+    """An integer in ``0..n-1`` from uniform ``u[c]``."""
+    k = int(u[c] * n)
+    return k if k < n else n - 1
+
+
+@njit(cache=True)
+def _binomial(x, n, p):  # pragma: no cover - compiled
+    """Binomial(n, p) by inversion of the uniform ``x`` (the means here are a few units)."""
+    if p <= 0.0 or n == 0:
+        return 0
+    if p >= 1.0:
+        return n
+    prob = (1.0 - p) ** n
+    cdf = prob
+    k = 0
+    r = p / (1.0 - p)
+    while x > cdf and k < n:
+        k += 1
+        prob *= (n - k + 1) / k * r
+        cdf += prob
+    return k
+
+
+@njit(cache=True)
+def _mutate(u, c, row, L, stage_len, S, pflip, pshift, pcopy):  # pragma: no cover - compiled
+    """Flips, shifts, then (probability ``pcopy``) one stage copies a neighbour stage's
+    partition; returns the next unused uniform (-1: ran out)."""
+    npairs = S * (stage_len - 1) if stage_len >= 2 else 0
+    if c + 5 > u.shape[0]:
+        return -1
+    if S >= 2 and u[c] < pcopy:
+        dst = _int(u, c + 1, S)
+        src = dst - 1 if (dst == S - 1 or (dst > 0 and u[c + 2] < 0.5)) else dst + 1
+        for i in range(stage_len):
+            row[dst * stage_len + i] = row[src * stage_len + i]
+    c += 3
+    nflip = _binomial(u[c], L, pflip)
+    nshift = _binomial(u[c + 1], npairs, pshift) if npairs > 0 else 0
+    c += 2
+    if c + nflip + nshift > u.shape[0]:
+        return -1
+    for _ in range(nflip):
+        row[_int(u, c, L)] ^= 1
+        c += 1
+    for _ in range(nshift):
+        k = _int(u, c, npairs)
+        c += 1
+        i = (k // (stage_len - 1)) * stage_len + k % (stage_len - 1)
+        a = row[i]
+        row[i] = row[i + 1]
+        row[i + 1] = a
+    return c
+
+
+@njit(cache=True)
+def _one_move(u, c, row, L, stage_len, S):  # pragma: no cover - compiled
+    """One flip or one boundary shift; returns the next unused uniform (-1: ran out)."""
+    if c + 18 > u.shape[0]:
+        return -1
+    if stage_len >= 2 and u[c] < 0.5:
+        c += 1
+        npairs = S * (stage_len - 1)
+        for _ in range(8):  # a shift that moves a boundary (the pair differs)
+            k = _int(u, c, npairs)
+            c += 1
+            i = (k // (stage_len - 1)) * stage_len + k % (stage_len - 1)
+            if row[i] != row[i + 1]:
+                a = row[i]
+                row[i] = row[i + 1]
+                row[i + 1] = a
+                return c
+    else:
+        c += 1
+    row[_int(u, c, L)] ^= 1
+    return c + 1
+
+
+@njit(cache=True)
+def _cross(u, c, a, b, L):  # pragma: no cover - compiled
+    """Two-point crossover, cut points ``1 <= c1 < c2 <= L`` (DEAP's ``cxTwoPoint``)."""
+    c1 = 1 + _int(u, c, L)
+    c2 = 1 + _int(u, c + 1, L - 1)
+    if c2 >= c1:
+        c2 += 1
+    lo = min(c1, c2)
+    hi = max(c1, c2)
+    for i in range(lo, hi):
+        t = a[i]
+        a[i] = b[i]
+        b[i] = t
+    return c + 2
+
+
+def uniforms_needed(n_off: int, tournament: int, flip_rate: float, shift_rate: float) -> int:
+    """A generous first guess of the uniforms one :func:`vary` call reads."""
+    return int(n_off * (tournament + 16 + 4 * (flip_rate + shift_rate))) + 64
+
+
+@njit(cache=True)
+def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxpb, mutpb,
+         flip_rate, shift_rate, copy_rate, stage_len, recompute, local, best
+         ):  # pragma: no cover
+    """Write ``n_off`` offspring of ``cur_*`` into rows ``0..n_off-1`` of ``nxt_*``, the
+    changed ones first; copy the unchanged ones' times into ``nxt_times``. Returns the number
+    of changed offspring (the rows to evaluate), or -1 when the uniforms ``u`` (drawn in bulk
+    by the caller from the run's generator) ran out: the caller draws more and calls again
+    (``cur_*`` is never written). In stash mode pass ``cur_b is cur_f``, ``recompute=False``.
+    """
+    P, L = cur_f.shape
+    S = L // stage_len if stage_len > 0 else 0
+    parent = np.empty(n_off, np.int64)
+    changed = np.zeros(n_off, np.bool_)
+    mate = np.zeros(n_off // 2, np.bool_)
+    mut = np.zeros(n_off, np.bool_)
+    c = 0
+    if local:
+        for k in range(n_off):
+            parent[k] = best
+            changed[k] = True
+    else:
+        if n_off * (tournament + 2) > u.shape[0]:
+            return -1
+        for k in range(n_off):
+            w = _int(u, c, P)
+            c += 1
+            for _ in range(tournament - 1):
+                a = _int(u, c, P)
+                c += 1
+                if times[a] < times[w]:
+                    w = a
+            parent[k] = w
+        if L >= 2:
+            for p in range(n_off // 2):
+                mate[p] = u[c] < cxpb
+                c += 1
+        for k in range(n_off):
+            mut[k] = u[c] < mutpb
+            c += 1
+            changed[k] = mut[k] or (k // 2 < n_off // 2 and mate[k // 2])
+    pos = np.empty(n_off, np.int64)
+    nc = 0
+    for k in range(n_off):
+        if changed[k]:
+            pos[k] = nc
+            nc += 1
+    j = nc
+    for k in range(n_off):
+        if not changed[k]:
+            pos[k] = j
+            nxt_times[j] = times[parent[k]]
+            j += 1
+    for k in range(n_off):
+        nxt_f[pos[k]] = cur_f[parent[k]]
+        if recompute:
+            nxt_b[pos[k]] = cur_b[parent[k]]
+    if L == 0:
+        return nc
+    if local:
+        for k in range(n_off):
+            if recompute and u[c] < 0.5:
+                c = _one_move(u, c + 1, nxt_b[pos[k]], L, stage_len, S)
+            else:
+                c = _one_move(u, c + 1, nxt_f[pos[k]], L, stage_len, S)
+            if c < 0:
+                return -1
+        return nc
+    nchrom = 2 if recompute else 1
+    if n_off * 2 * nchrom > u.shape[0] - c:
+        return -1
+    for p in range(n_off // 2):
+        if mate[p]:
+            c = _cross(u, c, nxt_f[pos[2 * p]], nxt_f[pos[2 * p + 1]], L)
+            if recompute:
+                c = _cross(u, c, nxt_b[pos[2 * p]], nxt_b[pos[2 * p + 1]], L)
+    pflip = min(1.0, flip_rate / L)
+    pshift = min(1.0, shift_rate / L)
+    for k in range(n_off):
+        if mut[k]:
+            c = _mutate(u, c, nxt_f[pos[k]], L, stage_len, S, pflip, pshift, copy_rate)
+            if c >= 0 and recompute:
+                c = _mutate(u, c, nxt_b[pos[k]], L, stage_len, S, pflip, pshift, copy_rate)
+            if c < 0:
+                return -1
+    return nc
+
+
+@njit(cache=True)
+def elite_rows(pop_f, pop_b, times, k, recompute):  # pragma: no cover - compiled
+    """The ``k`` best distinct individuals (lowest T first; ties: lower row)."""
+    order = np.argsort(times, kind="mergesort")
+    out = np.empty(k, np.int64)
+    n = 0
+    L = pop_f.shape[1]
+    for i in order:
+        dup = False
+        for e in range(n):
+            j = out[e]
+            same = True
+            for c in range(L):
+                if pop_f[i, c] != pop_f[j, c] or (recompute and pop_b[i, c] != pop_b[j, c]):
+                    same = False
+                    break
+            if same:
+                dup = True
+                break
+        if not dup:
+            out[n] = i
+            n += 1
+            if n == k:
+                break
+    return out[:n]

@@ -1,0 +1,102 @@
+"""The seeded initial population shared by DGAP and TiDGAP (docs/MODEL.md §2 encoding).
+
+For one seed both GAs start from the same individuals: the best ``edp_seeds`` EDP(M) plans
+found by scanning every M in 1..B, the ``local-greedy`` and ``greedy-dp`` plans
+(:mod:`.greedy`), then random individuals (:func:`.encoding.random_bits`). Every evaluation
+goes through the caller's ``evaluate`` and is counted by it (the search loop's objective).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..problem import Problem
+from .encoding import edp_bits, plan_to_bits, random_bits
+from .greedy import greedy_dp_plan, local_greedy_plan
+
+__all__ = ["Seeds", "initial_population", "seed_plans", "seeding_evaluations"]
+
+
+def seeding_evaluations(B: int, greedy: bool) -> int:
+    """What :func:`seed_plans` costs: the EDP(M) scan (B) plus the two greedy plans."""
+    return B + (2 if greedy else 0)
+
+
+@dataclass
+class Seeds:
+    """The seeded part of an initial population and what it cost."""
+
+    fbits: np.ndarray  # [n, S, B-1]
+    bbits: np.ndarray  # [n, S, B-1]
+    times: np.ndarray  # [n]
+    labels: list[str]
+    evaluations: int
+
+
+def seed_plans(
+    problem: Problem,
+    mode: str,
+    evaluate: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    edp_seeds: int = 4,
+    greedy: bool = True,
+) -> Seeds:
+    """Scan EDP(M) for all M (B evaluations), keep the best ``edp_seeds``; add the greedy plans.
+
+    ``evaluate(fbits, bbits) -> T`` is the planner's own fitness (the reference one individual
+    at a time for DGAP, the population evaluator for TiDGAP); every call is counted.
+    """
+    S, B = problem.S, problem.B
+    edp_f = np.stack([edp_bits(S, B, M) for M in range(1, B + 1)])
+    T_edp = evaluate(edp_f, edp_f)
+    order = np.argsort(T_edp, kind="stable")[: max(0, edp_seeds)]
+    fb = [edp_f[i] for i in order]
+    bb = [edp_f[i] for i in order]
+    times = [float(T_edp[i]) for i in order]
+    labels = [f"EDP({i + 1})" for i in order]
+    evals = B
+    if greedy:
+        plans = [("local-greedy", local_greedy_plan(problem, mode)),
+                 ("greedy-dp", greedy_dp_plan(problem, mode))]
+        gf, gb = zip(*(plan_to_bits(p) for _, p in plans))
+        T_g = evaluate(np.stack(gf), np.stack(gb))
+        evals += len(plans)
+        for (label, _), f, b, t in zip(plans, gf, gb, T_g):
+            fb.append(f)
+            bb.append(b)
+            times.append(float(t))
+            labels.append(label)
+    shape = (0, S, B - 1)
+    return Seeds(
+        fbits=np.stack(fb) if fb else np.zeros(shape, np.uint8),
+        bbits=np.stack(bb) if bb else np.zeros(shape, np.uint8),
+        times=np.array(times, dtype=np.float64),
+        labels=labels,
+        evaluations=evals,
+    )
+
+
+def initial_population(
+    problem: Problem,
+    mode: str,
+    size: int,
+    rng: np.random.Generator,
+    seeds: Seeds,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Seeds first (at most half the population), then random individuals.
+
+    Returns ``(fbits, bbits, n_seeded)``; in stash mode ``bbits`` is ``fbits``. Random draws
+    come from ``rng`` in a fixed order, so one seed gives one population.
+    """
+    S, B = problem.S, problem.B
+    n_seed = min(len(seeds.labels), max(1, size // 2), size)
+    n_rand = size - n_seed
+    rf = random_bits(rng, n_rand, S, B)
+    rb = random_bits(rng, n_rand, S, B) if mode == "recompute" else rf
+    fb = np.concatenate([seeds.fbits[:n_seed], rf])
+    bb = fb if mode == "stash" else np.concatenate([seeds.bbits[:n_seed], rb])
+    return np.ascontiguousarray(fb), np.ascontiguousarray(bb), n_seed
+
+
