@@ -1,38 +1,37 @@
 """Outside optimizers as planners: Optuna CMA-ES and GA, nevergrad, pymoo (``[optimizers]``).
 
-Each runs its library's own ask/tell loop on :class:`umpipe_bench.api.PipelineObjective`, the
-public objective any researcher gets (README "Bring your own optimizer"): a flat integer
-genome (cut bits, docs/MODEL.md §2; in the ``capped`` family also in-flight caps,
-docs/SCHEDULES.md), evaluated in batches by the family evaluator (MODEL.md §4) under a counted
-budget. Every planner first scans EDP(M) for ``M = 1..B`` (``B`` counted evaluations) and
-starts its search from the best one, so it is never worse than GPipe-EDP; that plan is its
-starting point. The objective's history (generation, evaluations, wall time, best) is the
-run's history.
+Each library's own ask/tell runs inside the project's one search loop
+(:class:`umpipe_bench.planners.loop.SearchLoop`, which owns the budget, the evaluation count
+and the typed history) on :class:`umpipe_bench.api.PipelineObjective`, the public objective
+any researcher gets (README "Bring your own optimizer"): a flat integer genome (cut bits,
+docs/MODEL.md §2; in the ``capped`` family also in-flight caps, docs/SCHEDULES.md) evaluated
+in batches by the family evaluator (MODEL.md §4). Every planner first evaluates EDP(M) for
+``M = 1..B`` (``B`` counted evaluations) and starts its search from the best one, so it is
+never worse than GPipe-EDP; that plan is its starting point.
 
-Budgets: ``evals:N`` caps evaluations (including the scan); ``gens:N`` means N × the
-planner's population (``popsize``); ``secs:X`` stops between batches. A plan that does not fit
-memory scores ``inf`` in the objective; the libraries are told a large finite penalty instead.
+Budgets: ``evals:N`` caps evaluations (including the scan); ``gens:N`` means N batches of
+``popsize`` genomes; ``secs:X`` stops between batches. A plan that does not fit memory scores
+``inf``; the libraries are told a large finite penalty instead.
 
 | planner | library | search |
 |---|---|---|
 | ``optuna-cmaes`` | optuna ``CmaEsSampler`` (``cmaes``, with margin for integers) | CMA-ES |
 | ``optuna-ga`` | optuna ``NSGAIISampler`` (one objective: a GA, uniform crossover) | GA |
 | ``nevergrad-ngopt`` | nevergrad ``NGOpt`` (picks an algorithm from dimension and budget) | any |
-| ``nevergrad-discrete11`` | nevergrad ``DiscreteOnePlusOne`` | (1+1) bit mutation |
+| ``nevergrad-discrete11`` | nevergrad ``DiscreteOnePlusOne`` | (1+1), discrete mutation |
 | ``pymoo-ga`` | pymoo ``GA``, two-point crossover, bit-flip mutation (binary genome) | GA |
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
 
-from umpipe_bench.api import BudgetExhausted, PipelineObjective
-from umpipe_bench.planners.base import Budget, Planner, PlannerError, PlanResult
-from umpipe_bench.planners.settings import resolve_settings
+from umpipe_bench.api import PipelineObjective
+from umpipe_bench.planners.base import Budget, PlannerError, PlanResult
+from umpipe_bench.planners.loop import SearchAlgorithm, SearchLoop, SearchPlanner, Termination
 from umpipe_bench.problem import Problem
 
 __all__ = ["NevergradDiscreteOnePlusOne", "NevergradNGOpt", "OptunaCMAES", "OptunaGA",
@@ -41,114 +40,151 @@ __all__ = ["NevergradDiscreteOnePlusOne", "NevergradNGOpt", "OptunaCMAES", "Optu
 #: Told to a library instead of ``inf`` (a plan that does not fit memory): times the start.
 PENALTY = 1e3
 
-
-class _Stop(Exception):
-    """The budget (evaluations or seconds) is spent."""
+COMMON = {"family": "gpipe", "popsize": 32}
 
 
-class OutsidePlanner(Planner):
-    """Common part: settings, the objective, the EDP start, the budget, the result."""
+class LibraryAlgorithm(SearchAlgorithm):
+    """The loop's view of a library: setup scans EDP(M); ask/tell go to :meth:`_ask` and
+    :meth:`_tell` (flat genomes ``[n, D]``, finite values)."""
+
+    def __init__(self, obj: PipelineObjective, settings: dict[str, Any], seed: int | None,
+                 budget: int | None) -> None:
+        self.obj, self.s, self.seed, self.budget = obj, settings, seed, budget
+        self.popsize = int(settings["popsize"])
+        self._best: tuple[np.ndarray, float] | None = None
+
+    def _note(self, X: np.ndarray, T: np.ndarray) -> np.ndarray:
+        i = int(np.argmin(T))
+        if self._best is None or T[i] < self._best[1]:
+            self._best = (np.array(X[i:i + 1]), float(T[i]))
+            self.best_time = float(T[i])
+        return np.where(np.isfinite(T), T, PENALTY * self.start_time)
+
+    def setup(self, evaluate: Any) -> None:
+        from umpipe_bench.planners.encoding import edp_bits
+
+        S, B = self.obj.problem.S, self.obj.problem.B
+        X = np.stack([self.obj.space.join(edp_bits(S, B, M)) for M in range(1, B + 1)])
+        T = evaluate(X)
+        self.start_time = float(np.min(T))
+        self._note(X, T)
+        self.x0 = X[int(np.argmin(T))]
+        self._start()
+
+    def ask_size(self) -> int:
+        return self.popsize
+
+    def ask(self) -> np.ndarray:
+        return np.asarray(self._ask(), dtype=np.int64).reshape(-1, self.obj.space.dimension)
+
+    def tell(self, genomes: np.ndarray, times: np.ndarray) -> None:
+        self._tell(genomes, self._note(genomes, times))
+
+    def best(self) -> tuple[np.ndarray, float]:
+        assert self._best is not None
+        return self._best
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _ask(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _tell(self, X: np.ndarray, values: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+class OutsidePlanner(SearchPlanner):
+    """Common part: settings, the objective, the EDP start, the loop, the result."""
 
     default_budget: ClassVar[str] = "evals:2000,secs:120"
-    base_defaults: ClassVar[dict[str, Any]] = {"family": "gpipe", "popsize": 32}
-    defaults: ClassVar[dict[str, Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = dict(COMMON)
     library: ClassVar[str] = ""
+    algorithm: ClassVar[type[LibraryAlgorithm]] = LibraryAlgorithm
     min_popsize: ClassVar[int] = 2
 
-    def __init__(self, **settings: Any) -> None:
-        super().__init__(**settings)
-        self.config = resolve_settings(self.name, {**self.base_defaults, **self.defaults},
-                                       settings)
-        if self.config["family"] not in ("gpipe", "capped"):
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        if settings["family"] not in ("gpipe", "capped"):
             raise PlannerError(f"planner {self.name!r}: family must be 'gpipe' or 'capped', "
-                               f"got {self.config['family']!r}")
-        if self.config["popsize"] < self.min_popsize:
+                               f"got {settings['family']!r}")
+        if settings["popsize"] < self.min_popsize:
             raise PlannerError(f"planner {self.name!r}: popsize must be >= {self.min_popsize}")
+        return settings
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
         from umpipe_bench.simulator import simulate
 
-        s = self.config
+        s = dict(self.config)
         try:
             __import__(self.library)
         except ImportError:
             raise PlannerError(f"planner {self.name!r} refuses to run without {self.library}: "
                                "pip install -e '.[optimizers]'") from None
-        cap = budget.evaluations
-        if budget.generations is not None:
-            g = budget.generations * s["popsize"]
-            cap = g if cap is None else min(cap, g)
-        if cap is None and budget.seconds is None:
-            raise PlannerError(f"planner {self.name!r} needs a finite budget")
-        if cap is not None and cap < problem.B:
-            raise PlannerError(f"planner {self.name!r}: budget evals:{cap} is below the EDP "
-                               f"scan it starts with (B = {problem.B} evaluations)")
-        obj = PipelineObjective(problem, mode, s["family"], budget=cap)
-        x0 = obj.start_genome()
-        start = obj.best_value
-        deadline = None if budget.seconds is None else time.perf_counter() + budget.seconds
-        penalty = PENALTY * start
+        if budget.evaluations is not None and budget.evaluations < problem.B + s["popsize"]:
+            raise PlannerError(
+                f"planner {self.name!r}: budget evals:{budget.evaluations} leaves no batch "
+                f"after the EDP scan it starts with (B = {problem.B} evaluations, then "
+                f"{s['popsize']} per batch)")
+        objective = PipelineObjective(problem, mode, s["family"])
+        algo = self.algorithm(objective, s, seed, budget.evaluations)
+        loop = SearchLoop(objective, Termination(budget, self.name), progress, self.name)
+        with warnings.catch_warnings():  # e.g. optuna's experimental with_margin
+            warnings.simplefilter("ignore")
+            loop.run(algo)
+        genome, _ = algo.best()
+        plan, schedule = objective.space.to_plan(genome[0])
+        return PlanResult(planner=self.name, plan=plan,
+                          iteration_time=float(simulate(problem, plan, schedule).iteration_time),
+                          schedule=schedule, evaluations=loop.evaluations,
+                          start_time=algo.start_time, history=loop.history, settings=s)
 
-        def f(X: np.ndarray) -> np.ndarray:
-            """Counted evaluation of a batch; raises _Stop when the budget is spent."""
-            if deadline is not None and time.perf_counter() >= deadline:
-                raise _Stop
-            n = len(X) if obj.remaining is None else min(len(X), obj.remaining)
-            if n < len(X):
-                raise _Stop
-            try:
-                T = obj.evaluate(np.asarray(X))
-            except BudgetExhausted:
-                raise _Stop from None
-            return np.where(np.isfinite(T), T, penalty)
 
-        try:
-            self._search(obj, x0, f, s, seed, cap)
-        except _Stop:
-            pass
-        plan, schedule = obj.best_plan()
-        T = float(simulate(problem, plan, schedule).iteration_time)
-        return PlanResult(planner=self.name, plan=plan, iteration_time=T, schedule=schedule,
-                          evaluations=obj.evaluations, start_time=start, history=obj.history,
-                          settings=dict(s))
+# ----------------------------------------------------------------------------- optuna
 
-    def _search(self, obj: PipelineObjective, x0: np.ndarray,
-                f: Callable[[np.ndarray], np.ndarray], s: dict[str, Any], seed: int | None,
-                cap: int | None) -> None:
-        """Run the library's loop, evaluating only through ``f`` (batches ``[N, D]``)."""
+class _OptunaAlgorithm(LibraryAlgorithm):
+    def sampler(self) -> Any:
         raise NotImplementedError
 
+    def _start(self) -> None:
+        import optuna
 
-def _optuna_loop(obj: PipelineObjective, x0: np.ndarray, f: Callable[[np.ndarray], np.ndarray],
-                 sampler: Any, enqueue: bool) -> None:
-    """Optuna's ask/tell, one trial per genome (an integer parameter per gene)."""
-    import warnings
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.names = [f"x{i}" for i in range(self.obj.space.dimension)]
+        self.study = optuna.create_study(direction="minimize", sampler=self.sampler())
+        self.study.enqueue_trial({n: int(v) for n, v in zip(self.names, self.x0)})
+        self.trials: list[Any] = []
 
-    import optuna
+    def _ask(self) -> np.ndarray:
+        lo, hi = self.obj.space.lower, self.obj.space.upper
+        self.trials = [self.study.ask() for _ in range(self.popsize)]
+        return np.array([[t.suggest_int(n, int(a), int(b))
+                          for n, a, b in zip(self.names, lo, hi)] for t in self.trials])
 
-    lo, hi = obj.space.lower, obj.space.upper
-    names = [f"x{i}" for i in range(obj.space.dimension)]
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        with warnings.catch_warnings():  # CMA-ES with_margin is marked experimental
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study = optuna.create_study(direction="minimize", sampler=sampler)
-            if enqueue:
-                study.enqueue_trial({n: int(v) for n, v in zip(names, x0)})
-            while True:
-                trial = study.ask()
-                x = np.array([trial.suggest_int(n, int(a), int(b))
-                              for n, a, b in zip(names, lo, hi)])
-                try:
-                    T = float(f(x[None])[0])
-                except _Stop:
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                    raise
-                study.tell(trial, T)
-    finally:
-        optuna.logging.set_verbosity(verbosity)
+    def _tell(self, X: np.ndarray, values: np.ndarray) -> None:
+        for t, v in zip(self.trials, values):
+            self.study.tell(t, float(v))
+
+
+class _CMAES(_OptunaAlgorithm):
+    def sampler(self) -> Any:
+        import optuna
+
+        return optuna.samplers.CmaEsSampler(
+            x0={n: int(v) for n, v in zip(self.names, self.x0)}, sigma0=self.s["sigma0"],
+            seed=self.seed, n_startup_trials=0, popsize=self.popsize, with_margin=True)
+
+    def _start(self) -> None:
+        self.names = [f"x{i}" for i in range(self.obj.space.dimension)]
+        super()._start()
+
+
+class _NSGA2(_OptunaAlgorithm):
+    def sampler(self) -> Any:
+        import optuna
+
+        return optuna.samplers.NSGAIISampler(population_size=self.popsize, seed=self.seed,
+                                             crossover_prob=self.s["crossover_prob"])
 
 
 class OptunaCMAES(OutsidePlanner):
@@ -156,15 +192,8 @@ class OptunaCMAES(OutsidePlanner):
 
     name = "optuna-cmaes"
     library = "cmaes"
-    defaults = {"sigma0": 0.3}
-
-    def _search(self, obj, x0, f, s, seed, cap):
-        import optuna
-
-        sampler = optuna.samplers.CmaEsSampler(
-            x0={f"x{i}": int(v) for i, v in enumerate(x0)}, sigma0=s["sigma0"], seed=seed,
-            n_startup_trials=0, popsize=s["popsize"], with_margin=True)
-        _optuna_loop(obj, x0, f, sampler, enqueue=True)
+    defaults = {**COMMON, "popsize": 16, "sigma0": 0.3}
+    algorithm = _CMAES
 
 
 class OptunaGA(OutsidePlanner):
@@ -172,56 +201,103 @@ class OptunaGA(OutsidePlanner):
 
     name = "optuna-ga"
     library = "optuna"
-    defaults = {"crossover_prob": 0.9}
-
-    def _search(self, obj, x0, f, s, seed, cap):
-        import optuna
-
-        sampler = optuna.samplers.NSGAIISampler(population_size=s["popsize"], seed=seed,
-                                                crossover_prob=s["crossover_prob"])
-        _optuna_loop(obj, x0, f, sampler, enqueue=True)
+    defaults = {**COMMON, "crossover_prob": 0.9}
+    algorithm = _NSGA2
 
 
-class _Nevergrad(OutsidePlanner):
-    library = "nevergrad"
-    optimizer: ClassVar[str] = ""
-    base_defaults = {"family": "gpipe", "popsize": 1}  # gens:N = N evaluations
-    min_popsize = 1
+# -------------------------------------------------------------------------- nevergrad
 
-    def _search(self, obj, x0, f, s, seed, cap):
+class _NevergradAlgorithm(LibraryAlgorithm):
+    optimizer = ""
+
+    def _start(self) -> None:
         import nevergrad as ng
 
-        sp = obj.space
+        sp = self.obj.space
         # bits as deterministic choices (nevergrad's discrete optimizers mutate those; an
         # integer-cast array barely moves), caps as ordered choices in 1..B
         bits = ng.p.Choice([0, 1], repetitions=sp.n_bits, deterministic=True)
         param = (ng.p.Tuple(bits, ng.p.TransitionChoice(list(range(1, sp.B + 1)),
                                                         repetitions=sp.n_caps))
                  if sp.n_caps else ng.p.Tuple(bits))
-        param.value = (tuple(int(v) for v in x0[:sp.n_bits]),
-                       *([tuple(int(v) for v in x0[sp.n_bits:])] if sp.n_caps else []))
-        param.random_state = np.random.RandomState(seed)
-        budget = cap - obj.evaluations if cap is not None else 10 ** 6
-        opt = ng.optimizers.registry[self.optimizer](parametrization=param, budget=budget,
-                                                     num_workers=1)
-        while True:
-            cand = opt.ask()
-            x = np.concatenate([np.asarray(v, dtype=np.int64) for v in cand.value])
-            opt.tell(cand, float(f(x[None])[0]))
+        param.value = (tuple(int(v) for v in self.x0[:sp.n_bits]),
+                       *([tuple(int(v) for v in self.x0[sp.n_bits:])] if sp.n_caps else []))
+        param.random_state = np.random.RandomState(self.seed)
+        budget = self.budget - sp.B if self.budget is not None else 10 ** 6
+        self.opt = ng.optimizers.registry[self.optimizer](
+            parametrization=param, budget=max(budget, 1), num_workers=1)
+
+    def _ask(self) -> np.ndarray:
+        self.cands = [self.opt.ask() for _ in range(self.popsize)]
+        return np.array([np.concatenate([np.asarray(v, np.int64) for v in c.value])
+                         for c in self.cands])
+
+    def _tell(self, X: np.ndarray, values: np.ndarray) -> None:
+        for c, v in zip(self.cands, values):
+            self.opt.tell(c, float(v))
 
 
-class NevergradNGOpt(_Nevergrad):
-    """nevergrad's NGOpt: its own choice of algorithm for this dimension and budget."""
-
-    name = "nevergrad-ngopt"
+class _NGOpt(_NevergradAlgorithm):
     optimizer = "NGOpt"
 
 
-class NevergradDiscreteOnePlusOne(_Nevergrad):
+class _Discrete11(_NevergradAlgorithm):
+    optimizer = "DiscreteOnePlusOne"
+
+
+class NevergradNGOpt(OutsidePlanner):
+    """nevergrad's NGOpt: its own choice of algorithm for this dimension and budget."""
+
+    name = "nevergrad-ngopt"
+    library = "nevergrad"
+    defaults = {**COMMON, "popsize": 1}  # one candidate per batch: gens:N = N evaluations
+    min_popsize = 1
+    algorithm = _NGOpt
+
+
+class NevergradDiscreteOnePlusOne(OutsidePlanner):
     """nevergrad's DiscreteOnePlusOne: a (1+1) evolution strategy with discrete mutations."""
 
     name = "nevergrad-discrete11"
-    optimizer = "DiscreteOnePlusOne"
+    library = "nevergrad"
+    defaults = {**COMMON, "popsize": 1}
+    min_popsize = 1
+    algorithm = _Discrete11
+
+
+# ------------------------------------------------------------------------------ pymoo
+
+class _PymooGA(LibraryAlgorithm):
+    def _start(self) -> None:
+        from pymoo.algorithms.soo.nonconvex.ga import GA
+        from pymoo.core.problem import Problem as PymooProblem
+        from pymoo.operators.crossover.pntx import TwoPointCrossover
+        from pymoo.operators.mutation.bitflip import BitflipMutation
+
+        from umpipe_bench.planners.encoding import random_bits
+
+        S, B, P = self.obj.problem.S, self.obj.problem.B, self.popsize
+        rng = np.random.default_rng(self.seed)
+        rest = [random_bits(rng, P - 1, S, B).reshape(P - 1, -1)]
+        if self.obj.mode == "recompute":
+            rest.append(random_bits(rng, P - 1, S, B).reshape(P - 1, -1))
+        X0 = np.vstack([self.x0[None], np.hstack(rest)]).astype(bool)
+        self.problem = PymooProblem(n_var=self.obj.space.dimension, n_obj=1, xl=0, xu=1,
+                                    vtype=bool)
+        self.algo = GA(pop_size=P, sampling=X0, crossover=TwoPointCrossover(),
+                       mutation=BitflipMutation(), eliminate_duplicates=True)
+        self.algo.setup(self.problem, seed=self.seed, termination=("n_gen", 10 ** 9))
+
+    def _ask(self) -> np.ndarray:
+        self.pop = self.algo.ask()
+        return self.pop.get("X").astype(np.int64)
+
+    def _tell(self, X: np.ndarray, values: np.ndarray) -> None:
+        from pymoo.core.evaluator import Evaluator
+        from pymoo.problems.static import StaticProblem
+
+        Evaluator().eval(StaticProblem(self.problem, F=values[:, None]), self.pop)
+        self.algo.tell(infills=self.pop)
 
 
 class PymooGA(OutsidePlanner):
@@ -231,35 +307,11 @@ class PymooGA(OutsidePlanner):
 
     name = "pymoo-ga"
     library = "pymoo"
+    algorithm = _PymooGA
 
-    def __init__(self, **settings: Any) -> None:
-        super().__init__(**settings)
-        if self.config["family"] != "gpipe":
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        settings = super().check_settings(settings)
+        if settings["family"] != "gpipe":
             raise PlannerError(f"planner {self.name!r}: its binary operators need family "
                                "'gpipe' (cut bits only)")
-
-    def _search(self, obj, x0, f, s, seed, cap):
-        from pymoo.algorithms.soo.nonconvex.ga import GA
-        from pymoo.core.evaluator import Evaluator
-        from pymoo.core.problem import Problem as PymooProblem
-        from pymoo.operators.crossover.pntx import TwoPointCrossover
-        from pymoo.operators.mutation.bitflip import BitflipMutation
-        from pymoo.problems.static import StaticProblem
-
-        from umpipe_bench.planners.encoding import random_bits
-
-        S, B, P = obj.problem.S, obj.problem.B, s["popsize"]
-        rng = np.random.default_rng(seed)
-        first = [random_bits(rng, P - 1, S, B)]
-        if obj.mode == "recompute":
-            first.append(random_bits(rng, P - 1, S, B))
-        X0 = np.vstack([x0[None], np.hstack([a.reshape(P - 1, -1) for a in first])]).astype(bool)
-        problem = PymooProblem(n_var=obj.space.dimension, n_obj=1, xl=0, xu=1, vtype=bool)
-        algo = GA(pop_size=P, sampling=X0, crossover=TwoPointCrossover(),
-                  mutation=BitflipMutation(), eliminate_duplicates=True)
-        algo.setup(problem, seed=seed, termination=("n_gen", 10 ** 9))
-        while True:
-            pop = algo.ask()
-            T = f(pop.get("X").astype(np.int64))
-            Evaluator().eval(StaticProblem(problem, F=T[:, None]), pop)
-            algo.tell(infills=pop)
+        return settings

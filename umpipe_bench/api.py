@@ -230,6 +230,11 @@ class PipelineObjective:
         v = self.best_value if value is None else value
         return None if bk is None or not np.isfinite(v) else v / bk - 1.0
 
+    def decode(self, genomes: np.ndarray, i: int = 0) -> Plan:
+        """The plan of genome ``i`` of a batch (with its caps in the capped family): what the
+        search loop (:mod:`umpipe_bench.planners.loop`) asks of an objective."""
+        return self.space.to_plan(np.asarray(genomes).reshape(-1, self.space.dimension)[i])[0]
+
     def best_plan(self) -> tuple[Plan, str]:
         """``(plan, schedule)`` of the best genome evaluated so far."""
         if self.best_genome is None:
