@@ -25,6 +25,8 @@ Budgets: ``evals:N`` caps evaluations (including the scan); ``gens:N`` means N b
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
@@ -94,6 +96,22 @@ class LibraryAlgorithm(SearchAlgorithm):
         raise NotImplementedError
 
 
+@contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """Optuna's log at ERROR during a run (it warns per parameter otherwise)."""
+    try:
+        import optuna
+    except ImportError:
+        yield
+        return
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
 class OutsidePlanner(SearchPlanner):
     """Common part: settings, the objective, the EDP start, the loop, the result."""
 
@@ -129,7 +147,7 @@ class OutsidePlanner(SearchPlanner):
         objective = PipelineObjective(problem, mode, s["family"])
         algo = self.algorithm(objective, s, seed, budget.evaluations)
         loop = SearchLoop(objective, Termination(budget, self.name), progress, self.name)
-        with warnings.catch_warnings():  # e.g. optuna's experimental with_margin
+        with warnings.catch_warnings(), _quiet_optuna():  # e.g. experimental with_margin
             warnings.simplefilter("ignore")
             loop.run(algo)
         genome, _ = algo.best()
@@ -148,11 +166,18 @@ class _OptunaAlgorithm(LibraryAlgorithm):
 
     def _start(self) -> None:
         import optuna
+        from optuna.distributions import IntDistribution
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        lo, hi = self.obj.space.lower, self.obj.space.upper
         self.names = [f"x{i}" for i in range(self.obj.space.dimension)]
         self.study = optuna.create_study(direction="minimize", sampler=self.sampler())
-        self.study.enqueue_trial({n: int(v) for n, v in zip(self.names, self.x0)})
+        # the best EDP plan, already evaluated, as a finished trial: it tells the sampler the
+        # search space before its first batch (else the first batch is sampled at random)
+        self.study.add_trial(optuna.trial.create_trial(
+            params={n: int(v) for n, v in zip(self.names, self.x0)},
+            distributions={n: IntDistribution(int(a), int(b))
+                           for n, a, b in zip(self.names, lo, hi)},
+            value=self.start_time))
         self.trials: list[Any] = []
 
     def _ask(self) -> np.ndarray:
@@ -171,12 +196,8 @@ class _CMAES(_OptunaAlgorithm):
         import optuna
 
         return optuna.samplers.CmaEsSampler(
-            x0={n: int(v) for n, v in zip(self.names, self.x0)}, sigma0=self.s["sigma0"],
+            x0={f"x{i}": int(v) for i, v in enumerate(self.x0)}, sigma0=self.s["sigma0"],
             seed=self.seed, n_startup_trials=0, popsize=self.popsize, with_margin=True)
-
-    def _start(self) -> None:
-        self.names = [f"x{i}" for i in range(self.obj.space.dimension)]
-        super()._start()
 
 
 class _NSGA2(_OptunaAlgorithm):
