@@ -23,8 +23,9 @@ when ``4^(S(B-1)) * B^S`` fits, and otherwise the GPipe space is, and the result
 (``settings["space"]``): ``space="family"`` refuses instead, ``space="gpipe"`` never enumerates
 caps. Plans that exceed a memory cap (docs/SCHEDULES.md §4) count as infinitely slow.
 
-The search is not budgeted: it refuses, with a :class:`PlannerError` naming the limit, any
-problem that needs more than ``max_evaluations`` (default 2^22, a few seconds) evaluations,
+The search is exhaustive or refused: it refuses, with a :class:`PlannerError` naming the
+limit, any problem that needs more than ``max_evaluations`` (default 2^22, a few seconds) or
+the budget's evaluations, whichever is smaller,
 i.e. ``S*(B-1) > 22`` bits in stash mode (e.g. S=2 with B<=12, S=4 with B<=6); in recompute
 mode about ``S*(B-1) <= 16``, depending on U.
 """
@@ -76,9 +77,10 @@ class Exact(Planner):
     def _refuse(self, problem: Problem, mode: str, need: int, limit: int, why: str) -> None:
         raise PlannerError(
             f"planner 'exact' refuses problem {problem.name!r} (S={problem.S}, B={problem.B}, "
-            f"{mode}): {why} needs {need:,} evaluations, over the limit max_evaluations="
-            f"{limit:,} (about S*(B-1) <= {int(math.log2(limit))} bits in stash mode); use a "
-            "heuristic planner, or raise max_evaluations")
+            f"{mode}): {why} needs {need:,} evaluations, over the limit of {limit:,} (the "
+            f"smaller of max_evaluations and the evaluation budget; about S*(B-1) <= "
+            f"{int(math.log2(max(limit, 2)))} bits in stash mode); use a heuristic planner, or "
+            "raise max_evaluations and the budget")
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
@@ -87,6 +89,8 @@ class Exact(Planner):
             raise PlannerError(f"planner 'exact': space must be auto, family or gpipe, got "
                                f"{s['space']!r}")
         limit = int(s["max_evaluations"])
+        if budget.evaluations is not None:  # an evaluation budget caps the enumeration too
+            limit = min(limit, int(budget.evaluations))
         S, B = problem.S, problem.B
         L = B - 1
         nbits = S * L

@@ -71,7 +71,7 @@ def test_report_on_wrong_columns_names_them(tmp_path, capsys):
 
 @pytest.mark.parametrize("url, needle", [
     ("banana://x", "no database kind 'banana'"),
-    ("postgresql://user@localhost/db", "driver"),
+    ("postgresql+pg8000://user@localhost/db", "driver"),  # a driver no extra installs
     ("not a url", "not a database URL"),
 ])
 def test_tune_storage_errors(tmp_path, capsys, url, needle):

@@ -62,11 +62,18 @@ def test_seconds_budget_stops():
 def test_tidgap_other_backends(backend):
     """The search runs on any backend (results may differ: numpy's T differs in the last ulps,
     which can flip a tie in selection); the reported T is the reference's."""
-    res = TiDGAP(backend=backend, population=16).plan(PROBLEM, mode="recompute",
-                                                      budget="gens:3", seed=4)
+    res = TiDGAP(backend=backend, population=16, schedule="gpipe").plan(
+        PROBLEM, mode="recompute", budget="gens:3", seed=4)
     assert res.settings["backend"] == backend
     assert res.iteration_time == gpipe_recurrence(PROBLEM, res.plan)
     assert res.iteration_time <= res.start_time * (1 + 1e-12)
+
+
+def test_the_family_needs_the_numba_evaluator_and_says_so_at_construction():
+    with pytest.raises(PlannerError, match="schedule family needs backend auto or numba"):
+        TiDGAP(backend="numpy")
+    with pytest.raises(PlannerError, match="schedule must be 'family' or 'gpipe'"):
+        TiDGAP(schedule="1f1b")
 
 
 def test_progress_bar_runs():

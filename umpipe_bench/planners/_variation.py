@@ -122,20 +122,67 @@ def _cross(u, c, a, b, L):  # pragma: no cover - compiled
     return c + 2
 
 
-def uniforms_needed(n_off: int, tournament: int, flip_rate: float, shift_rate: float) -> int:
+@njit(cache=True)
+def _new_cap(u, c, old, B):  # pragma: no cover - compiled
+    """A redrawn cap from uniforms ``u[c..c+1]``: 15 % uncapped (``B``), 42.5 % near the old
+    value (times or divided by up to 2), 42.5 % log-uniform anywhere in ``1..B``."""
+    if u[c] < 0.15:
+        return B
+    if u[c] < 0.575:
+        v = int(np.rint(old * np.exp((2.0 * u[c + 1] - 1.0) * np.log(2.0))))
+    else:
+        v = int(np.exp(u[c + 1] * np.log(B + 1.0)))
+    return min(max(v, 1), B)
+
+
+@njit(cache=True)
+def _mutate_caps(u, c, row, B, p):  # pragma: no cover - compiled
+    """Each cap of ``row`` redrawn with probability ``p``; the next unused uniform or -1."""
+    Sk = row.shape[0]
+    if c + 3 * Sk > u.shape[0]:
+        return -1
+    for s in range(Sk):
+        if u[c] < p:
+            row[s] = _new_cap(u, c + 1, row[s], B)
+        c += 3
+    return c
+
+
+@njit(cache=True)
+def _cross_caps(u, c, a, b):  # pragma: no cover - compiled
+    """A pair swaps the caps of a random run of stages; the next unused uniform or -1."""
+    Sk = a.shape[0]
+    if c + 2 > u.shape[0]:
+        return -1
+    s1 = _int(u, c, Sk)
+    s2 = _int(u, c + 1, Sk)
+    for s in range(min(s1, s2), max(s1, s2) + 1):
+        t = a[s]
+        a[s] = b[s]
+        b[s] = t
+    return c + 2
+
+
+def uniforms_needed(n_off: int, tournament: int, flip_rate: float, shift_rate: float,
+                    n_caps: int = 0) -> int:
     """A generous first guess of the uniforms one :func:`vary` call reads."""
-    return int(n_off * (tournament + 16 + 4 * (flip_rate + shift_rate))) + 64
+    return int(n_off * (tournament + 16 + 4 * (flip_rate + shift_rate) + 3 * n_caps + 4)) + 64
 
 
 @njit(cache=True)
 def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxpb, mutpb,
-         flip_rate, shift_rate, copy_rate, stage_len, recompute, local, best
-         ):  # pragma: no cover
+         flip_rate, shift_rate, copy_rate, stage_len, recompute, local, best,
+         cur_k, nxt_k, cap_rate, B):  # pragma: no cover
     """Write ``n_off`` offspring of ``cur_*`` into rows ``0..n_off-1`` of ``nxt_*``, the
     changed ones first; copy the unchanged ones' times into ``nxt_times``. Returns the number
     of changed offspring (the rows to evaluate), or -1 when the uniforms ``u`` (drawn in bulk
     by the caller from the run's generator) ran out: the caller draws more and calls again
     (``cur_*`` is never written). In stash mode pass ``cur_b is cur_f``, ``recompute=False``.
+
+    ``cur_k``/``nxt_k`` are the in-flight cap genes ``[P, S]`` of the schedule family
+    (docs/SCHEDULES.md; ``[P, 0]`` without them): they follow their parent, a mating pair
+    swaps the caps of a random run of stages, a mutated offspring redraws each cap with
+    probability ``cap_rate / S``, and a local move is a cap move a quarter of the time.
     """
     P, L = cur_f.shape
     S = L // stage_len if stage_len > 0 else 0
@@ -180,15 +227,25 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
             pos[k] = j
             nxt_times[j] = times[parent[k]]
             j += 1
+    Sk = cur_k.shape[1]
     for k in range(n_off):
         nxt_f[pos[k]] = cur_f[parent[k]]
         if recompute:
             nxt_b[pos[k]] = cur_b[parent[k]]
+        if Sk > 0:
+            nxt_k[pos[k]] = cur_k[parent[k]]
     if L == 0:
         return nc
     if local:
         for k in range(n_off):
-            if recompute and u[c] < 0.5:
+            if c + 4 > u.shape[0]:
+                return -1
+            if Sk > 0 and u[c] < 0.25:
+                s = _int(u, c + 1, Sk)
+                row = nxt_k[pos[k]]
+                row[s] = _new_cap(u, c + 2, row[s], B)
+                c += 4
+            elif recompute and u[c] < 0.625:
                 c = _one_move(u, c + 1, nxt_b[pos[k]], L, stage_len, S)
             else:
                 c = _one_move(u, c + 1, nxt_f[pos[k]], L, stage_len, S)
@@ -203,6 +260,10 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
             c = _cross(u, c, nxt_f[pos[2 * p]], nxt_f[pos[2 * p + 1]], L)
             if recompute:
                 c = _cross(u, c, nxt_b[pos[2 * p]], nxt_b[pos[2 * p + 1]], L)
+            if Sk > 0:
+                c = _cross_caps(u, c, nxt_k[pos[2 * p]], nxt_k[pos[2 * p + 1]])
+                if c < 0:
+                    return -1
     pflip = min(1.0, flip_rate / L)
     pshift = min(1.0, shift_rate / L)
     for k in range(n_off):
@@ -210,14 +271,17 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
             c = _mutate(u, c, nxt_f[pos[k]], L, stage_len, S, pflip, pshift, copy_rate)
             if c >= 0 and recompute:
                 c = _mutate(u, c, nxt_b[pos[k]], L, stage_len, S, pflip, pshift, copy_rate)
+            if c >= 0 and Sk > 0:
+                c = _mutate_caps(u, c, nxt_k[pos[k]], B, min(1.0, cap_rate / Sk))
             if c < 0:
                 return -1
     return nc
 
 
 @njit(cache=True)
-def elite_rows(pop_f, pop_b, times, k, recompute):  # pragma: no cover - compiled
-    """The ``k`` best distinct individuals (lowest T first; ties: lower row)."""
+def elite_rows(pop_f, pop_b, pop_k, times, k, recompute):  # pragma: no cover - compiled
+    """The ``k`` best distinct individuals (bits and caps; lowest T first; ties: lower
+    row)."""
     order = np.argsort(times, kind="mergesort")
     out = np.empty(k, np.int64)
     n = 0
@@ -229,6 +293,10 @@ def elite_rows(pop_f, pop_b, times, k, recompute):  # pragma: no cover - compile
             same = True
             for c in range(L):
                 if pop_f[i, c] != pop_f[j, c] or (recompute and pop_b[i, c] != pop_b[j, c]):
+                    same = False
+                    break
+            for c in range(pop_k.shape[1]):
+                if pop_k[i, c] != pop_k[j, c]:
                     same = False
                     break
             if same:

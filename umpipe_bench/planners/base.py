@@ -12,15 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..errors import UmpipeError
 from ..plan import MODES, Plan
 from ..problem import Problem
+from .errors import PlannerError
+from .history import History
+from .settings import resolve_settings
 
 __all__ = ["Budget", "PlanResult", "Planner", "PlannerError"]
-
-
-class PlannerError(UmpipeError):
-    """A planner was asked for something it cannot do (bad budget, problem too large...)."""
 
 
 @dataclass(frozen=True)
@@ -133,8 +131,6 @@ class Planner:
         #: The resolved settings (defaults overlaid with the given ones, coerced, checked).
         self.config: dict[str, Any] = dict(settings)
         if self.defaults is not None:
-            from .settings import resolve_settings
-
             self.config = self.check_settings(
                 resolve_settings(self.name, self.defaults, settings))
 
@@ -158,8 +154,6 @@ class Planner:
         res = self._plan(problem, mode=mode, budget=b, seed=seed, progress=progress)
         res.wall_time = time.perf_counter() - t0
         res.seed = seed
-        from .loop import History
-
         res.history = History.from_result(res.history, res.evaluations, res.wall_time,
                                           res.iteration_time)
         res.plan.validate(problem)

@@ -23,8 +23,16 @@ import numpy as np
 from ..memory import capacities, memory_figures
 from ..problem import Problem
 
-__all__ = ["clamp_caps", "crossover_caps", "family_seeds", "memory_cap_limits", "mutate_caps",
-           "one_f_one_b_sample_caps", "random_caps"]
+__all__ = [
+    "clamp_caps",
+    "crossover_caps",
+    "extra_family_seeds",
+    "family_seeds",
+    "memory_cap_limits",
+    "mutate_caps",
+    "one_f_one_b_sample_caps",
+    "random_caps",
+]
 
 
 def one_f_one_b_sample_caps(S: int, B: int, M: int) -> np.ndarray:
@@ -118,3 +126,8 @@ def mutate_caps(rng: np.random.Generator, caps: np.ndarray, rows: np.ndarray, B:
     new = np.clip(new, 1, B).astype(np.int64)
     new[rng.random(sub.shape) < 0.15] = B
     caps[rows] = np.where(hit, new, sub)
+
+
+def extra_family_seeds(problem: Problem, mode: str) -> int:
+    """How many seeds the family adds to the GPipe EDP scan (the 1F1B-EDP ones)."""
+    return sum(1 for label, _, _ in family_seeds(problem, mode) if not label.startswith("gpipe"))

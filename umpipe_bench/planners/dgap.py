@@ -41,13 +41,15 @@ from deap import algorithms, base, tools
 
 from ..plan import Plan
 from ..problem import Problem
-from ..simulator import gpipe_recurrence
+from ..simulator import gpipe_recurrence, simulate
 from .base import Budget
-from .ga import GA_DEFAULTS, check_ga_settings, population_size
+from .caps import clamp_caps, extra_family_seeds, memory_cap_limits, random_caps
+from .errors import PlannerError
+from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, population_size
 from .loop import Evaluate, History, SearchAlgorithm, SearchPlanner
-from .objective import CutBitsObjective, Genomes, Objective
-from .operators import list_crossover, list_mutation
-from .seeding import initial_population, seed_plans
+from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
+from .operators import list_cap_crossover, list_cap_mutation, list_crossover, list_mutation
+from .seeding import add_family_seeds, initial_population, seed_plans
 
 __all__ = ["DGAP", "DGAPEngine", "Individual", "make_toolbox", "new_logbook"]
 
@@ -59,19 +61,24 @@ class FitnessMin(base.Fitness):
 
 
 class Individual(list):
-    """A list of chromosomes (``[fwd]`` in stash mode, ``[fwd, bwd]`` in recompute mode)."""
+    """A list of chromosomes (``[fwd]`` in stash mode, ``[fwd, bwd]`` in recompute mode),
+    plus the cap genes ``K[s]`` last when the run searches the schedule family."""
 
     def __init__(self, chromosomes: Any = ()) -> None:
         super().__init__(chromosomes)
         self.fitness = FitnessMin()
 
 
-def decode(ind: list[list[int]], S: int, B: int, mode: str) -> Plan:
-    """An individual -> :class:`Plan` (stash: backward tied to forward)."""
+def decode(ind: list[list[int]], S: int, B: int, mode: str, family: bool = False) -> Plan:
+    """An individual -> :class:`Plan` (stash: backward tied to forward; ``family``: the last
+    chromosome is the caps)."""
     L = B - 1
     fb = [ind[0][s * L:(s + 1) * L] for s in range(S)]
     bb = fb if mode == "stash" else [ind[1][s * L:(s + 1) * L] for s in range(S)]
-    return Plan.from_bits(fb, bb, mode)
+    plan = Plan.from_bits(fb, bb, mode)
+    if family and min(ind[-1]) < B:
+        plan = plan.with_caps(list(ind[-1]))
+    return plan
 
 
 def new_logbook() -> tools.Logbook:
@@ -86,18 +93,27 @@ def make_toolbox(problem: Problem, mode: str, settings: dict[str, Any]) -> base.
     S, B = problem.S, problem.B
     stage_len = B - 1
     flip, shift = float(settings["flip_rate"]), float(settings["shift_rate"])
+    family = settings.get("schedule", "gpipe") == "family"
+    cap_rate = float(settings.get("cap_rate", 0.0))
+    nbits = 2 if mode == "recompute" else 1
 
     def evaluate(ind: Individual) -> tuple[float]:
+        if family:
+            return (simulate(problem, decode(ind, S, B, mode, True)).iteration_time,)
         return (gpipe_recurrence(problem, decode(ind, S, B, mode)),)
 
     def mate(a: Individual, b: Individual) -> tuple[Individual, Individual]:
-        for ca, cb in zip(a, b):
+        for ca, cb in zip(a[:nbits], b[:nbits]):
             list_crossover(ca, cb)
+        if family:
+            list_cap_crossover(a[-1], b[-1])
         return a, b
 
     def mutate(a: Individual) -> tuple[Individual]:
-        for c in a:
+        for c in a[:nbits]:
             list_mutation(c, stage_len, flip, shift)
+        if family:
+            list_cap_mutation(a[-1], B, cap_rate)
         return (a,)
 
     tb = base.Toolbox()
@@ -122,6 +138,7 @@ class DGAPEngine(SearchAlgorithm):
         self.np_rng = np.random.default_rng(seed)
         self._rand_state = random.Random(seed).getstate()
         self.objective = objective or CutBitsObjective(problem, mode, "python")
+        self.family = isinstance(self.objective, FamilyObjective)
         self.toolbox = make_toolbox(problem, mode, settings)
         self.hof = tools.HallOfFame(self.elites)
         self.logbook = new_logbook()
@@ -146,9 +163,11 @@ class DGAPEngine(SearchAlgorithm):
     def _to_genomes(self, inds: list[Individual]) -> Genomes:
         shape = (len(inds), self.S, self.B - 1)
         f = np.array([ind[0] for ind in inds], dtype=np.uint8).reshape(shape)
+        k = (np.array([ind[-1] for ind in inds], dtype=np.int64).reshape(len(inds), self.S)
+             if self.family else None)
         if self.mode == "stash":
-            return Genomes(f, f)
-        return Genomes(f, np.array([ind[1] for ind in inds], dtype=np.uint8).reshape(shape))
+            return Genomes(f, f, k)
+        return Genomes(f, np.array([ind[1] for ind in inds], dtype=np.uint8).reshape(shape), k)
 
     def _record(self, nevals: int) -> None:
         times = np.array([ind.fitness.values[0] for ind in self.population])
@@ -164,19 +183,35 @@ class DGAPEngine(SearchAlgorithm):
 
         seeds = seed_plans(self.problem, self.mode, bits_eval,
                            int(self.settings["edp_seeds"]), bool(self.settings["greedy_seeds"]))
+        if self.family:
+            def counted(g: Genomes) -> np.ndarray:
+                self.evaluations += len(g)
+                return evaluate(g)
+            seeds = add_family_seeds(self.problem, self.mode, seeds, counted)
         fb, bb, n_seed = initial_population(self.problem, self.mode, self.P, self.np_rng, seeds)
         self.seed_labels = seeds.labels[:n_seed]
+        if self.family:
+            caps = np.full((self.P, self.S), self.B, np.int64)
+            caps[:n_seed] = seeds.caps[:n_seed]
+            caps[n_seed:] = random_caps(self.np_rng, self.P - n_seed, self.S, self.B)
+            clamp_caps(caps[n_seed:], memory_cap_limits(self.problem, self.mode))
         pop = []
         for n in range(self.P):
             chroms = [fb[n].reshape(-1).tolist()]
             if self.mode == "recompute":
                 chroms.append(bb[n].reshape(-1).tolist())
+            if self.family:
+                chroms.append(caps[n].tolist())
             pop.append(Individual(chroms))
         for n in range(n_seed):
             pop[n].fitness.values = (float(seeds.times[n]),)
         rest = pop[n_seed:]
         if rest:
-            for ind, t in zip(rest, bits_eval(*self._split(self._to_genomes(rest)))):
+            g = self._to_genomes(rest)
+            times = (evaluate(g) if self.family else bits_eval(*self._split(g)))
+            if self.family:
+                self.evaluations += len(rest)
+            for ind, t in zip(rest, times):
                 ind.fitness.values = (float(t),)
         self.population = pop
         self.hof.update(pop)
@@ -217,31 +252,41 @@ class DGAPEngine(SearchAlgorithm):
 
     def best_plan(self) -> tuple[Plan, float]:
         ind = self.hof[0]
-        return decode(ind, self.S, self.B, self.mode), float(ind.fitness.values[0])
+        return (decode(ind, self.S, self.B, self.mode, self.family),
+                float(ind.fitness.values[0]))
 
 
 class DGAP(SearchPlanner):
     """Dual-chromosome GA on DEAP, reference fitness one individual at a time.
 
     Settings (``--set``): population, cxpb, mutpb, flip_rate, shift_rate, tournament, elites,
-    edp_seeds, greedy_seeds (see :data:`.ga.GA_DEFAULTS`).
+    edp_seeds, greedy_seeds (see :data:`.ga.GA_DEFAULTS`), ``schedule`` (``family``: cap genes
+    beside the chromosomes, fitness the list simulator one plan at a time, docs/SCHEDULES.md;
+    ``gpipe``: the GPipe recurrence) and ``cap_rate``.
     """
 
     name = "dgap"
     default_budget = "evals:20000"
-    defaults = dict(GA_DEFAULTS)
+    defaults = {**GA_DEFAULTS, "schedule": "family", "cap_rate": 1.0}
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
-        return check_ga_settings(self.name, settings)
+        s = check_ga_settings(self.name, settings)
+        check_schedule_setting(self.name, s)
+        if s["cap_rate"] < 0:
+            raise PlannerError(f"planner {self.name!r}: cap_rate must be >= 0")
+        return s
 
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
                        ) -> Objective:
+        if settings["schedule"] == "family":
+            return FamilyObjective(problem, mode, "python")
         return CutBitsObjective(problem, mode, "python")
 
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective
                        ) -> SearchAlgorithm:
-        P = population_size(self.name, problem, settings, budget)
+        extra = extra_family_seeds(problem, mode) if settings["schedule"] == "family" else 0
+        P = population_size(self.name, problem, settings, budget, extra_seeds=extra)
         settings["population"] = P
         return DGAPEngine(problem, mode, settings, P, seed, objective)
 

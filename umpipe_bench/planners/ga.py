@@ -69,8 +69,22 @@ def min_population(settings: dict[str, Any]) -> int:
     return max(4, int(settings["elites"]) + 2)
 
 
+def check_schedule_setting(planner: str, settings: dict[str, Any]) -> None:
+    """``schedule`` is ``family`` (needs the numba evaluator: backend auto or numba) or
+    ``gpipe`` (docs/SCHEDULES.md)."""
+    if settings["schedule"] not in ("family", "gpipe"):
+        raise PlannerError(f"planner {planner!r}: schedule must be 'family' or 'gpipe', got "
+                           f"{settings['schedule']!r}")
+    if settings["schedule"] == "family" and settings.get("backend", "auto") not in (
+            "auto", "numba"):
+        raise PlannerError(
+            f"planner {planner!r}: backend {settings['backend']!r} evaluates the GPipe "
+            "schedule only; the schedule family needs backend auto or numba (or set "
+            "schedule=gpipe)")
+
+
 def population_size(planner: str, problem: Problem, settings: dict[str, Any],
-                    budget: Budget) -> int:
+                    budget: Budget, extra_seeds: int = 0) -> int:
     """The population, capped so the seeding phase fits an evaluation budget.
 
     The population is ``population`` or fewer (see :data:`AUTO_GENERATIONS`). The smallest
@@ -82,7 +96,7 @@ def population_size(planner: str, problem: Problem, settings: dict[str, Any],
         return max(P, min_population(settings))
     gens = AUTO_GENERATIONS * max(1.0, problem.S * (problem.B - 1) / AUTO_BITS)
     P = min(P, max(min(P, AUTO_FLOOR), int(budget.evaluations / gens)))
-    seeding = seeding_evaluations(problem.B, bool(settings["greedy_seeds"]))
+    seeding = seeding_evaluations(problem.B, bool(settings["greedy_seeds"])) + extra_seeds
     least = min_population(settings)
     room = budget.evaluations - seeding
     if room < least:

@@ -24,15 +24,16 @@ evaluates (docs/MODEL.md §2's cut bits today).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
+from ..plan import Plan
 from ..problem import Problem
 from .base import Budget, Planner, PlannerError, PlanResult
-from .objective import CutBitsObjective, Genomes, Objective
+from .history import HISTORY_FIELDS, History, Record
+from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 
 __all__ = [
     "HISTORY_FIELDS",
@@ -44,8 +45,6 @@ __all__ = [
     "Termination",
 ]
 
-#: The columns of every history record, in order.
-HISTORY_FIELDS = ("generation", "evaluations", "wall_time", "best")
 
 Evaluate = Callable[[Genomes], np.ndarray]
 
@@ -68,82 +67,6 @@ class Termination:
         if b.evaluations is not None and evaluations + next_cost > b.evaluations:
             return True
         return b.seconds is not None and elapsed >= b.seconds
-
-
-@dataclass(frozen=True)
-class Record:
-    """One history row. ``dict(record)`` gives the :data:`HISTORY_FIELDS` columns."""
-
-    generation: int
-    evaluations: int
-    wall_time: float
-    best: float
-
-    def keys(self) -> tuple[str, ...]:
-        return HISTORY_FIELDS
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in HISTORY_FIELDS:
-            raise KeyError(key)
-        return getattr(self, key)
-
-
-@dataclass
-class History:
-    """The typed history of a run: :class:`Record` rows, plus planner-specific ``extra``
-    (e.g. DGAP's DEAP ``Logbook`` under ``"logbook"``)."""
-
-    rows: list[Record] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def append(self, generation: int, evaluations: int, wall_time: float, best: float) -> None:
-        self.rows.append(Record(int(generation), int(evaluations), float(wall_time),
-                                float(best)))
-
-    def __iter__(self) -> Iterator[Record]:
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> Record:
-        return self.rows[i]
-
-    def column(self, name: str) -> np.ndarray:
-        """One field over all rows (``name`` in :data:`HISTORY_FIELDS`)."""
-        if name not in HISTORY_FIELDS:
-            raise KeyError(f"history has no field {name!r}; fields: {', '.join(HISTORY_FIELDS)}")
-        return np.array([getattr(r, name) for r in self.rows])
-
-    def records(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.rows]
-
-    @classmethod
-    def from_result(cls, history: Any, evaluations: int, wall_time: float,
-                    best: float) -> History:
-        """A typed history for a planner that did not use the loop.
-
-        Progress records of a third-party or older planner (dicts with ``evals``/``nevals``
-        and ``best``/``value``, optionally ``time``) become one record each; anything else (a
-        one-shot construction such as EDP or greedy) becomes one record of the whole run, its
-        own records kept in ``extra["records"]``.
-        """
-        if isinstance(history, History):
-            return history
-        rows = [dict(r) for r in history] if history is not None else []
-        h = cls()
-        ekey = next((k for k in ("nevals", "evals") if rows and k in rows[0]), None)
-        bkey = next((k for k in ("best", "value") if rows and k in rows[0]), None)
-        if ekey and bkey and all(ekey in r and bkey in r for r in rows):
-            low = float("inf")
-            for i, r in enumerate(rows):
-                low = min(low, float(r[bkey]))
-                h.append(i, int(r[ekey]), float(r.get("time", 0.0)), low)
-            return h
-        h.append(0, evaluations, wall_time, best)
-        if rows:
-            h.extra["records"] = rows
-        return h
 
 
 class SearchAlgorithm:
@@ -286,7 +209,7 @@ class SearchPlanner(Planner):
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
-        from ..simulator import gpipe_recurrence
+        from ..simulator import gpipe_recurrence, simulate
 
         s = dict(self.config)
         termination = Termination(budget, self.name)
@@ -297,8 +220,46 @@ class SearchPlanner(Planner):
         self.finish(loop.history, algo)
         genome, _ = algo.best()
         plan = objective.decode(genome, 0)
+        if isinstance(objective, FamilyObjective):
+            schedule = "gpipe" if plan.caps is None else "capped"
+            tl = simulate(problem, plan, schedule)
+            T = np.inf if tl.fits_memory is False else tl.iteration_time
+            plan, schedule, T = never_worse_than_edp(problem, mode, plan, schedule, T)
+        else:
+            schedule, T = "gpipe", gpipe_recurrence(problem, plan)
         return PlanResult(
-            planner=self.name, plan=plan, iteration_time=gpipe_recurrence(problem, plan),
+            planner=self.name, plan=plan, iteration_time=T, schedule=schedule,
             evaluations=loop.evaluations, start_time=algo.start_time, history=loop.history,
             settings=self.result_settings(algo, objective, s),
         )
+
+
+def never_worse_than_edp(problem: Problem, mode: str, plan: Plan, schedule: str, T: float
+                         ) -> tuple[Plan, str, float]:
+    """The plan, or the best GPipe-EDP / 1F1B-EDP plan that fits when that is faster.
+
+    A family search is seeded with both, so it can only lose to torch's 1F1B at an M that
+    does not divide B (the family's sample caps reproduce 1F1B exactly only when it does,
+    docs/SCHEDULES.md §1): then that equal plan is the answer, under its own schedule.
+    A plan that does not fit (``T = inf``: nothing the search found fits) is not returned:
+    the best EDP plan that fits is, and when none fits either, the caller gets the
+    :class:`~umpipe_bench.memory.MemoryCapError` that names the stage, bytes and cap.
+    """
+    from ..memory import MemoryCapError
+    from .reference import best_edp
+
+    best = (T, plan, schedule)
+    error = None
+    for sched in ("gpipe", "1f1b"):
+        try:
+            M, Tb = best_edp(problem, mode, sched)
+        except MemoryCapError as exc:
+            error = exc
+            continue
+        if Tb < best[0]:
+            best = (Tb, Plan.edp(problem.S, problem.B, M, mode), sched)
+    if not np.isfinite(best[0]):
+        if error is not None:
+            raise error
+        raise MemoryCapError(f"problem {problem.name!r} ({mode}): no plan found fits memory")
+    return best[1], best[2], float(best[0])

@@ -1,10 +1,10 @@
 """What a search planner optimizes: a batch of genomes in, iteration times out (MODEL.md §4).
 
 The search loop (:mod:`.loop`) never looks inside a genome: it hands a :class:`Genomes` batch
-to ``objective.evaluate`` and counts its rows. A genome today is the dual cut-bit chromosome
-of docs/MODEL.md §2 (:mod:`.encoding`); a schedule family with more genes (e.g. per-stage
-in-flight caps, MODEL.md §3) adds a field to :class:`Genomes` and an objective with the same
-two methods, and the loop does not change.
+to ``objective.evaluate`` and counts its rows. A genome is the dual cut-bit chromosome
+of docs/MODEL.md §2 (:mod:`.encoding`), plus, for the schedule family (docs/SCHEDULES.md),
+per-stage in-flight caps: :class:`FamilyObjective` evaluates those, :class:`CutBitsObjective`
+the GPipe recurrence; the loop does not change.
 """
 
 from __future__ import annotations
@@ -18,29 +18,34 @@ from ..plan import Plan
 from ..problem import Problem
 from .encoding import bits_to_plan
 
-__all__ = ["CutBitsObjective", "Genomes", "Objective"]
+__all__ = ["CutBitsObjective", "FamilyObjective", "Genomes", "Objective"]
 
 
 @dataclass(frozen=True)
 class Genomes:
-    """A batch of ``N`` genomes: forward and backward cut bits, uint8 ``[N, S, B-1]`` each.
+    """A batch of ``N`` genomes: forward and backward cut bits, uint8 ``[N, S, B-1]`` each,
+    and optionally per-stage in-flight caps, int64 ``[N, S]`` (docs/SCHEDULES.md; None: no
+    cap, the GPipe lists).
 
     In stash mode ``bwd`` is the same array as ``fwd`` (tied chromosomes, MODEL.md §2).
     """
 
     fwd: np.ndarray
     bwd: np.ndarray
+    caps: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.fwd.shape[0])
 
     def row(self, i: int) -> Genomes:
         """Genome ``i`` as a batch of one (views, no copy)."""
-        return Genomes(self.fwd[i:i + 1], self.bwd[i:i + 1])
+        return Genomes(self.fwd[i:i + 1], self.bwd[i:i + 1],
+                       None if self.caps is None else self.caps[i:i + 1])
 
     def copy(self) -> Genomes:
         f = self.fwd.copy()
-        return Genomes(f, f if self.bwd is self.fwd else self.bwd.copy())
+        return Genomes(f, f if self.bwd is self.fwd else self.bwd.copy(),
+                       None if self.caps is None else self.caps.copy())
 
 
 class Objective(Protocol):
@@ -69,3 +74,43 @@ class CutBitsObjective:
 
     def decode(self, genomes: Genomes, i: int = 0) -> Plan:
         return bits_to_plan(genomes.fwd[i], genomes.bwd[i], self.mode)
+
+
+class FamilyObjective:
+    """The schedule family (docs/SCHEDULES.md): cut bits plus per-stage in-flight caps,
+    through the numba :class:`.family.FamilyEvaluator` (bit-identical to the list simulator;
+    ``backend="python"``: the list simulator itself, one plan at a time).
+
+    Genomes without caps are evaluated uncapped (the GPipe lists, the same times as
+    :class:`CutBitsObjective`). A genome whose peak memory exceeds a stage's cap (the
+    problem's capacities, docs/SCHEDULES.md §4) gets ``T = inf``.
+    """
+
+    def __init__(self, problem: Problem, mode: str, backend: str = "numba") -> None:
+        from .family import FamilyEvaluator
+
+        if backend not in ("numba", "python"):
+            raise ValueError(f"the family objective has backends numba and python, not "
+                             f"{backend!r}")
+        self.problem, self.mode, self.backend = problem, mode, backend
+        self.evaluator = FamilyEvaluator(problem, mode) if backend == "numba" else None
+        self._uncapped = np.full(problem.S, problem.B, dtype=np.int64)
+
+    def evaluate(self, genomes: Genomes) -> np.ndarray:
+        if self.evaluator is None:  # the reference, one plan at a time (DGAP's baseline)
+            from ..simulator import simulate
+
+            out = np.empty(len(genomes))
+            for i in range(len(genomes)):
+                tl = simulate(self.problem, self.decode(genomes, i))
+                out[i] = np.inf if tl.fits_memory is False else tl.iteration_time
+            return out
+        caps = self._uncapped if genomes.caps is None else genomes.caps
+        return self.evaluator(genomes.fwd, genomes.bwd, caps)
+
+    def decode(self, genomes: Genomes, i: int = 0) -> Plan:
+        plan = bits_to_plan(genomes.fwd[i], genomes.bwd[i], self.mode)
+        if genomes.caps is None:
+            return plan
+        caps = np.minimum(genomes.caps[i], self.problem.B)
+        return plan if caps.min() >= self.problem.B else plan.with_caps(caps.tolist())

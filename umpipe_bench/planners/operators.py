@@ -18,6 +18,7 @@ These use the ``random`` module, as DEAP's tools do.
 
 from __future__ import annotations
 
+import math
 import random
 
 from deap import tools
@@ -50,3 +51,29 @@ def list_mutation(chrom: list[int], stage_len: int, flip_rate: float, shift_rate
         return
     tools.mutFlipBit(chrom, flip_rate / len(chrom))
     list_shift(chrom, stage_len, shift_rate)
+
+
+def list_cap_crossover(k1: list[int], k2: list[int]) -> None:
+    """Cap genes (docs/SCHEDULES.md): the pair swaps the caps of a random run of stages."""
+    S = len(k1)
+    if S == 0:
+        return
+    a, b = sorted((random.randrange(S), random.randrange(S)))
+    k1[a:b + 1], k2[a:b + 1] = k2[a:b + 1], k1[a:b + 1]
+
+
+def list_cap_mutation(caps: list[int], B: int, rate: float) -> None:
+    """Each cap redrawn with probability ``rate / S``: 15 % uncapped (``B``), else near the old
+    value (times or divided by up to 2) or log-uniform anywhere in ``1..B``, half each."""
+    S = len(caps)
+    for s in range(S):
+        if random.random() < rate / S:
+            u = random.random()
+            if u < 0.15:
+                caps[s] = B
+                continue
+            if u < 0.575:
+                v = round(caps[s] * math.exp(random.uniform(-math.log(2), math.log(2))))
+            else:
+                v = int(math.exp(random.uniform(0.0, math.log(B + 1))))
+            caps[s] = min(max(v, 1), B)

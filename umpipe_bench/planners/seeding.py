@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,8 @@ from ..problem import Problem
 from .encoding import edp_bits, plan_to_bits, random_bits
 from .greedy import greedy_dp_plan, local_greedy_plan
 
-__all__ = ["Seeds", "initial_population", "seed_plans", "seeding_evaluations"]
+__all__ = ["Seeds", "add_family_seeds", "initial_population", "seed_plans",
+           "seeding_evaluations"]
 
 
 def seeding_evaluations(B: int, greedy: bool) -> int:
@@ -34,6 +36,7 @@ class Seeds:
     times: np.ndarray  # [n]
     labels: list[str]
     evaluations: int
+    caps: np.ndarray | None = None  # [n, S] in-flight caps (schedule family); None: uncapped
 
 
 def seed_plans(
@@ -100,3 +103,38 @@ def initial_population(
     return np.ascontiguousarray(fb), np.ascontiguousarray(bb), n_seed
 
 
+
+
+def add_family_seeds(problem: Problem, mode: str, seeds: Seeds,
+                     evaluate: Callable[[Any], np.ndarray]) -> Seeds:
+    """The schedule family's seeds (docs/SCHEDULES.md §1): the uncapped GPipe seeds plus the
+    fastest 1F1B-EDP plans whose M divides B, with the sample caps that reproduce torch's
+    1F1B lists (:func:`.caps.family_seeds`), all sorted best first.
+
+    ``evaluate(genomes) -> T`` takes :class:`.objective.Genomes` with caps; every call is
+    counted by the caller's loop.
+    """
+    from .caps import family_seeds
+    from .objective import Genomes
+
+    S, B = problem.S, problem.B
+    extra = [(label, M, k) for label, M, k in family_seeds(problem, mode)
+             if not label.startswith("gpipe")]
+    n = len(seeds.labels)
+    caps = np.full((n + len(extra), S), B, np.int64)
+    fb, bb, times = list(seeds.fbits), list(seeds.bbits), list(seeds.times)
+    labels = list(seeds.labels)
+    if extra:
+        ef = np.stack([edp_bits(S, B, M) for _, M, _ in extra])
+        ek = np.stack([k for _, _, k in extra])
+        et = evaluate(Genomes(ef, ef, ek))
+        for i, (label, _, k) in enumerate(extra):
+            fb.append(ef[i])
+            bb.append(ef[i])
+            times.append(float(et[i]))
+            labels.append(label)
+            caps[n + i] = k
+    order = np.argsort(np.array(times), kind="stable")
+    return Seeds(fbits=np.stack(fb)[order], bbits=np.stack(bb)[order],
+                 times=np.array(times)[order], labels=[labels[i] for i in order],
+                 evaluations=seeds.evaluations + len(extra), caps=caps[order])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .base import PlannerError
+from .errors import PlannerError
 
 __all__ = ["coerce", "resolve_settings"]
 

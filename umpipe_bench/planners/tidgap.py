@@ -34,12 +34,13 @@ import numpy as np
 
 from ..problem import Problem
 from .base import Budget, PlannerError
+from .caps import clamp_caps, extra_family_seeds, memory_cap_limits, random_caps
 from .encoding import random_bits
 from .evaluator import BACKENDS
-from .ga import GA_DEFAULTS, check_ga_settings, population_size
+from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, population_size
 from .loop import Evaluate, SearchAlgorithm, SearchPlanner
-from .objective import CutBitsObjective, Genomes, Objective
-from .seeding import initial_population, seed_plans
+from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
+from .seeding import add_family_seeds, initial_population, seed_plans
 
 __all__ = ["TiDGAP", "TiDGAPEngine"]
 
@@ -63,6 +64,12 @@ class TiDGAPEngine(SearchAlgorithm):
         self.objective = objective or CutBitsObjective(
             problem, mode, settings.get("backend", "auto"), settings.get("device") or None)
         self.recompute = mode == "recompute"
+        # the schedule family (docs/SCHEDULES.md): per-stage in-flight cap genes beside the
+        # bits; [P, 0] arrays when the objective is the GPipe recurrence
+        self.family = isinstance(self.objective, FamilyObjective)
+        self.Sk = self.S if self.family else 0
+        self._k = [np.full((self.P, self.Sk), self.B, np.int64) for _ in range(2)]
+        self.cap_limits = memory_cap_limits(problem, mode) if self.family else None
         shape = (self.P, self.L)
         self._f = [np.zeros(shape, np.uint8), np.zeros(shape, np.uint8)]
         self._b = ([np.zeros(shape, np.uint8), np.zeros(shape, np.uint8)]
@@ -79,7 +86,7 @@ class TiDGAPEngine(SearchAlgorithm):
         self._nc = 0
         self._nu = self._vary.uniforms_needed(self.P, int(settings["tournament"]),
                                               float(settings["flip_rate"]),
-                                              float(settings["shift_rate"]))
+                                              float(settings["shift_rate"]), self.Sk)
         self.best_time = float("inf")
         self.start_time = float("inf")
 
@@ -96,10 +103,15 @@ class TiDGAPEngine(SearchAlgorithm):
     def times(self) -> np.ndarray:
         return self._t[self.cur]
 
-    def _genomes(self, f: np.ndarray, b: np.ndarray) -> Genomes:
+    @property
+    def pop_k(self) -> np.ndarray:
+        return self._k[self.cur]
+
+    def _genomes(self, f: np.ndarray, b: np.ndarray, k: np.ndarray | None = None) -> Genomes:
         shape = (f.shape[0], self.S, self.B - 1)
         gf = f.reshape(shape)
-        return Genomes(gf, b.reshape(shape) if self.recompute else gf)
+        return Genomes(gf, b.reshape(shape) if self.recompute else gf,
+                       k if self.family else None)
 
     def _bits_eval(self, evaluate: Evaluate) -> Any:
         def run(fb: np.ndarray, bb: np.ndarray) -> np.ndarray:
@@ -111,21 +123,29 @@ class TiDGAPEngine(SearchAlgorithm):
         s = self.settings
         seeds = seed_plans(self.problem, self.mode, self._bits_eval(evaluate),
                            int(s["edp_seeds"]), bool(s["greedy_seeds"]))
+        if self.family:
+            seeds = add_family_seeds(self.problem, self.mode, seeds, evaluate)
         fb, bb, n_seed = initial_population(self.problem, self.mode, self.P, self.rng, seeds)
         self.seed_labels = seeds.labels[:n_seed]
         self.pop_f[:] = fb.reshape(self.P, self.L)
         if self.recompute:
             self.pop_b[:] = bb.reshape(self.P, self.L)
+        if self.family:
+            k = self.pop_k
+            k[:n_seed] = seeds.caps[:n_seed]
+            k[n_seed:] = random_caps(self.rng, self.P - n_seed, self.S, self.B)
+            clamp_caps(k[n_seed:], self.cap_limits)
         t = self.times
         t[:n_seed] = seeds.times[:n_seed]
-        t[n_seed:] = evaluate(self._genomes(self.pop_f[n_seed:], self.pop_b[n_seed:]))
+        t[n_seed:] = evaluate(self._genomes(self.pop_f[n_seed:], self.pop_b[n_seed:],
+                                            self.pop_k[n_seed:]))
         self.start_time = float(t.min())
         self._update_elites()
 
     def _update_elites(self) -> None:
         """The best ``elites`` distinct individuals (a hall of fame: with elitism the
         population always holds the best ever found)."""
-        self.elite_idx = self._vary.elite_rows(self.pop_f, self.pop_b, self.times,
+        self.elite_idx = self._vary.elite_rows(self.pop_f, self.pop_b, self.pop_k, self.times,
                                                self.elites, self.recompute)
         best = float(self.times[self.elite_idx[0]])
         if best < self.best_time:
@@ -141,11 +161,12 @@ class TiDGAPEngine(SearchAlgorithm):
         s = self.settings
         nxt = 1 - self.cur
         n_off = self.P - self.elites
-        nf, nb, nt = self._f[nxt], self._b[nxt], self._t[nxt]
+        nf, nb, nt, nk = self._f[nxt], self._b[nxt], self._t[nxt], self._k[nxt]
         args = (self.pop_f, self.pop_b, self.times, nf, nb, nt, n_off, int(s["tournament"]),
                 float(s["cxpb"]), float(s["mutpb"]), float(s["flip_rate"]),
                 float(s["shift_rate"]), float(s.get("copy_rate", 0.0)), self.B - 1,
-                self.recompute, self.phase == "local", int(self.elite_idx[0]))
+                self.recompute, self.phase == "local", int(self.elite_idx[0]),
+                self.pop_k, nk, float(s.get("cap_rate", 0.0)), self.B)
         nc = self._vary.vary(self.rng.random(self._nu), *args)
         while nc < 0:  # ran out of uniforms (rare): draw twice as many and vary again
             self._nu *= 2
@@ -156,13 +177,18 @@ class TiDGAPEngine(SearchAlgorithm):
             if self.recompute:
                 nb[:n_off] = random_bits(self.rng, n_off, self.S, self.B).reshape(
                     n_off, self.L)
+            if self.family:
+                nk[:n_off] = random_caps(self.rng, n_off, self.S, self.B)
             self._nc = n_off
+        if self.family:
+            clamp_caps(nk[:self._nc], self.cap_limits)
         el = self.elite_idx
         nf[n_off:n_off + el.size] = self.pop_f[el]
         if self.recompute:
             nb[n_off:n_off + el.size] = self.pop_b[el]
+        nk[n_off:n_off + el.size] = self.pop_k[el]
         nt[n_off:n_off + el.size] = self.times[el]
-        return self._genomes(nf[:self._nc], nb[:self._nc])
+        return self._genomes(nf[:self._nc], nb[:self._nc], nk[:self._nc])
 
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
         nxt = 1 - self.cur
@@ -181,6 +207,7 @@ class TiDGAPEngine(SearchAlgorithm):
                     self.pop_f[e] = self._f[nxt][j]
                     if self.recompute:
                         self.pop_b[e] = self._b[nxt][j]
+                    self.pop_k[e] = self._k[nxt][j]
                     self.times[e] = times[j]
                     moved = True
             self._update_elites()
@@ -208,7 +235,8 @@ class TiDGAPEngine(SearchAlgorithm):
 
     def best(self) -> tuple[Genomes, float]:
         i = int(self.elite_idx[0])
-        return self._genomes(self.pop_f[i:i + 1], self.pop_b[i:i + 1]), float(self.times[i])
+        return (self._genomes(self.pop_f[i:i + 1], self.pop_b[i:i + 1], self.pop_k[i:i + 1]),
+                float(self.times[i]))
 
 
 class TiDGAP(SearchPlanner):
@@ -221,13 +249,17 @@ class TiDGAP(SearchPlanner):
     (probability that a mutation also copies one stage's partition onto a neighbour stage:
     aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
     python), ``device`` (torch backend: e.g. ``cuda``) and ``threads`` (numba backend: the
-    population split over this many threads).
+    population split over this many threads), ``schedule`` (``family``: the plan space from
+    GPipe to 1F1B, per-stage in-flight cap genes beside the two chromosomes, seeded with the
+    best GPipe-EDP and 1F1B-EDP plans that fit, docs/SCHEDULES.md; ``gpipe``: the GPipe
+    schedule only, any backend) and ``cap_rate`` (expected cap genes redrawn per mutation).
     """
 
     name = "tidgap"
     default_budget = "evals:200000"
     defaults = {**GA_DEFAULTS, "population": 1024, "patience": 10, "copy_rate": 1.0,
-                "backend": "auto", "device": "", "threads": 1}
+                "backend": "auto", "device": "", "threads": 1, "schedule": "family",
+                "cap_rate": 1.0}
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         s = check_ga_settings(self.name, settings)
@@ -241,11 +273,21 @@ class TiDGAP(SearchPlanner):
             raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
         if s["threads"] < 1:
             raise PlannerError(f"planner {self.name!r}: threads must be >= 1")
+        check_schedule_setting(self.name, s)
+        if s["cap_rate"] < 0:
+            raise PlannerError(f"planner {self.name!r}: cap_rate must be >= 0")
         return s
+
+    def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
+                       ) -> Objective:
+        if settings["schedule"] == "family":
+            return FamilyObjective(problem, mode)
+        return super().make_objective(problem, mode, settings)
 
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective
                        ) -> SearchAlgorithm:
-        P = population_size(self.name, problem, settings, budget)
+        extra = extra_family_seeds(problem, mode) if settings["schedule"] == "family" else 0
+        P = population_size(self.name, problem, settings, budget, extra_seeds=extra)
         settings["population"] = P
         return TiDGAPEngine(problem, mode, settings, P, seed, objective)
