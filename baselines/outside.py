@@ -16,6 +16,7 @@ Budgets: ``evals:N`` caps evaluations (including the scan); ``gens:N`` means N b
 | planner | library | search |
 |---|---|---|
 | ``optuna-cmaes`` | optuna ``CmaEsSampler`` (``cmaes``, with margin for integers) | CMA-ES |
+| ``cmaes`` | the ``cmaes`` package's ``CMAwM`` directly (the same search, ~100x cheaper) | CMA-ES |
 | ``optuna-ga`` | optuna ``NSGAIISampler`` (one objective: a GA, uniform crossover) | GA |
 | ``nevergrad-ngopt`` | nevergrad ``NGOpt`` (picks an algorithm from dimension and budget) | any |
 | ``nevergrad-discrete11`` | nevergrad ``DiscreteOnePlusOne`` | (1+1), discrete mutation |
@@ -36,7 +37,7 @@ from umpipe_bench.planners.base import Budget, PlannerError, PlanResult
 from umpipe_bench.planners.loop import SearchAlgorithm, SearchLoop, SearchPlanner, Termination
 from umpipe_bench.problem import Problem
 
-__all__ = ["NevergradDiscreteOnePlusOne", "NevergradNGOpt", "OptunaCMAES", "OptunaGA",
+__all__ = ["CMAES", "NevergradDiscreteOnePlusOne", "NevergradNGOpt", "OptunaCMAES", "OptunaGA",
            "OutsidePlanner", "PymooGA"]
 
 #: Told to a library instead of ``inf`` (a plan that does not fit memory): times the start.
@@ -224,6 +225,39 @@ class OptunaGA(OutsidePlanner):
     library = "optuna"
     defaults = {**COMMON, "crossover_prob": 0.9}
     algorithm = _NSGA2
+
+
+class _CMAwM(LibraryAlgorithm):
+    """The ``cmaes`` package's CMA-ES with margin (integer genes), driven directly."""
+
+    def _start(self) -> None:
+        from cmaes import CMAwM
+
+        sp = self.obj.space
+        bounds = np.stack([sp.lower, sp.upper], axis=1).astype(float)
+        # a bit at 0 or 1 sits on its bound; the mean starts a quarter step inside
+        mean = np.clip(self.x0.astype(float), bounds[:, 0] + 0.25, bounds[:, 1] - 0.25)
+        self.opt = CMAwM(mean=mean, sigma=self.s["sigma0"], bounds=bounds,
+                         steps=np.ones(sp.dimension), seed=self.seed,
+                         population_size=self.popsize, n_max_resampling=1)  # then clipped
+
+    def _ask(self) -> np.ndarray:
+        pairs = [self.opt.ask() for _ in range(self.opt.population_size)]
+        self.tells = [t for _, t in pairs]
+        return np.rint([e for e, _ in pairs])
+
+    def _tell(self, X: np.ndarray, values: np.ndarray) -> None:
+        self.opt.tell(list(zip(self.tells, values.tolist())))
+
+
+class CMAES(OutsidePlanner):
+    """CMA-ES with margin from the ``cmaes`` package (what Optuna's sampler runs), driven
+    directly: the same search without Optuna's per-trial bookkeeping."""
+
+    name = "cmaes"
+    library = "cmaes"
+    defaults = {**COMMON, "popsize": 16, "sigma0": 0.3}
+    algorithm = _CMAwM
 
 
 # -------------------------------------------------------------------------- nevergrad

@@ -14,7 +14,7 @@ from umpipe_bench.planners.base import PlannerError
 from umpipe_bench.registry import planner_names, register_planner
 from umpipe_bench.synthetic import synthetic_problem
 
-OUTSIDE = {c.name: c for c in (outside.OptunaCMAES, outside.OptunaGA, outside.NevergradNGOpt,
+OUTSIDE = {c.name: c for c in (outside.OptunaCMAES, outside.CMAES, outside.OptunaGA, outside.NevergradNGOpt,
                                outside.NevergradDiscreteOnePlusOne, outside.PymooGA)}
 for _name, _cls in OUTSIDE.items():
     if _name not in planner_names():
