@@ -1,8 +1,8 @@
-"""``exact``: the true optimum of tiny problems (MODEL.md §2 plans, §4 recurrence).
+"""``exact``: the true optimum of tiny problems (docs/MODEL.md §2 plans, §4 recurrence).
 
 Exhaustive search over every plan, made cheaper by the recurrence's structure: the backward
 pass depends on the forward partitions only through each stage's last forward end
-``F[s, K_s]``, and ``T`` is monotone in those ends (MODEL.md §4). So
+``F[s, K_s]``, and ``T`` is monotone in those ends (docs/MODEL.md §4). So
 
 * stash mode: every forward bit string (``Q = P``), ``2^(S(B-1))`` evaluations;
 * recompute mode: every forward bit string once (forward pass only), keep the distinct

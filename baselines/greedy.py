@@ -7,11 +7,11 @@ Both are deterministic constructions: one plan, one evaluation, no budget or see
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from umpipe_bench.plan import Plan
 from umpipe_bench.planners.base import Budget, Planner, PlanResult
 from umpipe_bench.planners.greedy import greedy_dp_plan, local_greedy_plan
-from umpipe_bench.planners.settings import resolve_settings
 from umpipe_bench.problem import Problem
 from umpipe_bench.simulator import gpipe_recurrence
 
@@ -19,12 +19,12 @@ __all__ = ["GreedyDP", "LocalGreedy"]
 
 
 class _Construction(Planner):
+    defaults: ClassVar[dict] = {}  # no settings: a misspelt one fails at construction
     default_budget = "evals:1"
     build: Callable[[Problem, str], Plan]
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
-        resolve_settings(self.name, {}, self.settings)
         plan = type(self).build(problem, mode)
         T = gpipe_recurrence(problem, plan)
         return PlanResult(planner=self.name, plan=plan, iteration_time=T, evaluations=1,
@@ -32,14 +32,15 @@ class _Construction(Planner):
 
 
 class LocalGreedy(_Construction):
-    """Each stage its own best size per sample, repeated, remainder last (MODEL.md §2)."""
+    """Each stage its own best size per sample, repeated, remainder last (docs/MODEL.md §2)."""
 
     name = "local-greedy"
     build = staticmethod(local_greedy_plan)
 
 
 class GreedyDP(_Construction):
-    """Stage by stage exact prefix DP given the times fixed upstream/downstream (MODEL.md §4)."""
+    """Stage by stage exact prefix DP given the times fixed upstream/downstream
+    (docs/MODEL.md §4)."""
 
     name = "greedy-dp"
     build = staticmethod(greedy_dp_plan)

@@ -1,4 +1,4 @@
-"""``optuna-tpe``: what a user would pick instead of a GA (MODEL.md §2 encoding).
+"""``optuna-tpe``: what a user would pick instead of a GA (docs/MODEL.md §2 encoding).
 
 Optuna's TPE sampler (seeded) over the GA's own encoding: one ``{0, 1}`` parameter per cut bit
 (``f{s}_{i}``, and ``b{s}_{i}`` in recompute mode). The ``counts`` encoding (setting

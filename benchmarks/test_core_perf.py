@@ -183,7 +183,7 @@ def test_simulator(benchmark, request, schedule):
 
 
 def test_gpipe_recurrence(benchmark, request):
-    """MODEL.md §4's plain loop: the reference every evaluator is tested against."""
+    """docs/MODEL.md §4's plain loop: the reference every evaluator is tested against."""
     benchmark.group = "simulator S=14 B=64"
     plan = _uedp_plan("recompute")
     T = benchmark(gpipe_recurrence, PROBLEM, plan)

@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 
 from umpipe_bench.problem import Problem
-from umpipe_bench.synthetic import sim_registry
+from umpipe_bench.simnames import sim_registry
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -22,5 +22,6 @@ def profiled() -> dict[str, Callable[[], Problem]]:
 
 
 def synthetic() -> dict[str, Callable[[], Problem]]:
-    """The named simulation networks ``sim-s{S}-b{B}-s{seed}``."""
+    """The listed simulation networks ``sim-s{S}-b{B}-s{seed}``; the mapping also resolves
+    every other name of its patterns, including the hardware families (docs/SIMNETS.md)."""
     return sim_registry()

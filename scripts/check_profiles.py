@@ -3,10 +3,10 @@
 
 For each committed problem (default: the two ``-mini-s2`` ones), rebuild the model from the
 file's provenance and time, in one process, one whole mini-batch of B samples as M microbatches
-(EDP(M): balanced sizes, larger first, MODEL.md §2): every microbatch goes forward through all
+(EDP(M): balanced sizes, larger first, docs/MODEL.md §2): every microbatch goes forward through all
 layers (+ loss / B) and backward, one after the other. That direct time is compared with the
 profile's prediction for the same work, the sum over stages and microbatches of
-``fwd[s](m) + bwd[s](m)`` (sizes off the grid are read by interpolation, MODEL.md §1):
+``fwd[s](m) + bwd[s](m)`` (sizes off the grid are read by interpolation, docs/MODEL.md §1):
 
 * from the committed file, and
 * from a fresh profile taken in this same run, between two halves of the direct measurements,
@@ -53,7 +53,7 @@ def edp_sizes(B: int, M: int) -> list[int]:
 
 
 def predict(problem: Problem, sizes: list[int]) -> float:
-    """Sum over stages and microbatches of fwd + bwd (stash mode), MODEL.md §1."""
+    """Sum over stages and microbatches of fwd + bwd (stash mode), docs/MODEL.md §1."""
     return sum(problem.fwd(s, m) + problem.bwd(s, m) for s in range(problem.S) for m in sizes)
 
 

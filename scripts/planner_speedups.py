@@ -2,7 +2,7 @@
 
 Runs each planner on each problem (both memory modes unless ``--modes``) and prints a
 markdown table of ``T_base / T - 1`` per (problem, mode, planner), then the best per problem
-beside UMPIPE's headline figures (UMPIPE.md). Speedup columns use the best EDP(M) in the same
+beside UMPIPE's headline figures (docs/PAPER.md). Speedup columns use the best EDP(M) in the same
 memory mode, M in 1..B.
 
     python scripts/planner_speedups.py --problems sim-s4-b16-s0 sim-s8-b64-s0 \\

@@ -28,11 +28,13 @@ MODES = ("stash", "recompute")
 
 
 def _curve(history: Any) -> list[tuple[float, float]]:
-    out = []
-    for r in history:
-        r = dict(r)
-        t = r.get("wall_time", r.get("time"))
-        out.append((float(t), float(r["best"])))
+    """``(wall time, best)`` where the best improves (plus the first and last records)."""
+    rows = [dict(r) for r in history]
+    out: list[tuple[float, float]] = []
+    for i, r in enumerate(rows):
+        t, b = float(r.get("wall_time", r.get("time"))), float(r["best"])
+        if not out or b < out[-1][1] or i == len(rows) - 1:
+            out.append((round(t, 4), b))
     return out
 
 

@@ -140,12 +140,30 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--big", action="store_true", help="also the S=64, B=1024 greedy share")
+    ap.add_argument("--sections", nargs="+", type=int, default=[1, 2, 3, 4],
+                    help="which of sections 1-4 to measure")
     args = ap.parse_args()
     R = args.rounds
     problems = [get_problem("gpt1-14"), get_problem("vgg16"), get_problem("sim-s32-b256-s0")]
     print(f"# Search engine costs (same-run ratios, medians of {R} rounds)\n")
-    print(f"Command: `python scripts/search_perf.py --rounds {R}{' --big' if args.big else ''}`"
-          f"\n")
+    only = "" if args.sections == [1, 2, 3, 4] else " --sections " + " ".join(
+        map(str, args.sections))
+    print(f"Command: `python scripts/search_perf.py --rounds {R}{only}"
+          f"{' --big' if args.big else ''}`\n")
+    if 1 in args.sections:
+        section1(problems, R)
+    if 2 in args.sections:
+        section2(problems, R)
+    if 3 in args.sections:
+        section3(problems, R)
+    if 4 in args.sections:
+        section4()
+    if args.big:
+        section5()
+    return 0
+
+
+def section1(problems: list[Problem], R: int) -> None:
     print("## 1. TiDGAP generation / its evaluation, P = 256 (goal <= 1.5x)\n")
     print("| problem | mode | generation / evaluation | ms per generation | load |")
     print("|---|---|---|---|---|")
@@ -153,7 +171,11 @@ def main() -> int:
         for mode in MODES:
             ratio, ms = generation_ratio(pr, mode, R)
             print(f"| {pr.name} | {mode} | {ratio:.2f}x | {ms:.2f} | {load()} |", flush=True)
-    print("\n## 2. Random plans: drawing / evaluating a batch of 128 (goal <= 1x)\n")
+    print()
+
+
+def section2(problems: list[Problem], R: int) -> None:
+    print("## 2. Random plans: drawing / evaluating a batch of 128 (goal <= 1x)\n")
     print("| problem | mode | draw / evaluate | ms per batch drawn | load |")
     print("|---|---|---|---|---|")
     big = synthetic_problem(64, 1024, 0, name="sim-s64-b1024-s0")
@@ -161,14 +183,22 @@ def main() -> int:
         for mode in MODES:
             ratio, ms = random_vs_eval(pr, mode, R)
             print(f"| {pr.name} | {mode} | {ratio:.2f}x | {ms:.2f} | {load()} |", flush=True)
-    print("\n## 3. numba evaluator: 1 thread / 2 threads (population split in two row blocks)\n")
+    print()
+
+
+def section3(problems: list[Problem], R: int) -> None:
+    print("## 3. numba evaluator: 1 thread / 2 threads (population split in two row blocks)\n")
     print("| problem | mode | N | 1-thread time / 2-thread time | load |")
     print("|---|---|---|---|---|")
     for pr in problems:
         for n in (256, 1024):
             ratio = thread_ratio(pr, "recompute", n, R)
             print(f"| {pr.name} | recompute | {n} | {ratio:.2f}x | {load()} |", flush=True)
-    print("\n## 4. Start-up CPU time (user + system, median of 5)\n")
+    print()
+
+
+def section4() -> None:
+    print("## 4. Start-up CPU time (user + system, median of 5)\n")
     base = cpu_seconds([sys.executable, "-c", "import numpy"], 5)
     cli = [sys.executable, "-m", "umpipe_bench"]
     print("| command | CPU s | / `python -c 'import numpy'` |")
@@ -177,21 +207,24 @@ def main() -> int:
     for argv in (["--help"], ["problems"]):
         c = cpu_seconds([*cli, *argv], 5)
         print(f"| umpipe-bench {' '.join(argv)} | {c:.3f} | {c / base:.2f}x |", flush=True)
-    if args.big:
-        from umpipe_bench.planners.greedy import greedy_dp_plan
+    print()
 
-        print("\n## 5. greedy-dp seeding share of a default TiDGAP run, S = 64, B = 1024\n")
-        print("| mode | greedy-dp s | default run s | share | load |")
-        print("|---|---|---|---|---|")
-        greedy_dp_plan(synthetic_problem(3, 8, 0), "stash")  # compile
-        for mode in MODES:
-            t0 = time.perf_counter()
-            greedy_dp_plan(big, mode)
-            g = time.perf_counter() - t0
-            res = TiDGAP().plan(big, mode=mode, seed=0)
-            print(f"| {mode} | {g:.2f} | {res.wall_time:.1f} | {g / res.wall_time:.1%} | "
-                  f"{load()} |", flush=True)
-    return 0
+
+def section5() -> None:
+    from umpipe_bench.planners.greedy import greedy_dp_plan
+
+    big = synthetic_problem(64, 1024, 0, name="sim-s64-b1024-s0")
+    print("## 5. greedy-dp seeding share of a default TiDGAP run, S = 64, B = 1024\n")
+    print("| mode | greedy-dp s | default run s | share | load |")
+    print("|---|---|---|---|---|")
+    greedy_dp_plan(synthetic_problem(3, 8, 0), "stash")  # compile
+    for mode in MODES:
+        t0 = time.perf_counter()
+        greedy_dp_plan(big, mode)
+        g = time.perf_counter() - t0
+        res = TiDGAP().plan(big, mode=mode, seed=0)
+        print(f"| {mode} | {g:.2f} | {res.wall_time:.1f} | {g / res.wall_time:.1%} | "
+              f"{load()} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from umpipe_bench.planners.base import Budget, PlannerError
+from umpipe_bench.planners.caps import extra_family_seeds
 from umpipe_bench.planners.loop import Termination
 from umpipe_bench.registry import get_planner
 from umpipe_bench.synthetic import synthetic_problem
@@ -54,12 +55,15 @@ def test_the_hinted_minimum_budget_is_the_true_minimum(name, greedy):
 
 
 def test_many_elites_never_overrun_the_budget():
-    """The population floor (elites + 2) counts in the minimum: no run exceeds its budget."""
+    """The population floor (elites + 2) counts in the minimum: no run exceeds its budget.
+    B = 8 EDP seeds + 2 greedy + 12, and with the schedule family its 1F1B-EDP seeds too."""
     problem = synthetic_problem(3, 8, 0)
-    planner = get_planner("tidgap", elites=10, population=64)
-    with pytest.raises(PlannerError, match="use at least evals:22"):
-        planner.plan(problem, budget="evals:15")
-    assert planner.plan(problem, budget="evals:22").evaluations <= 22
+    for schedule, extra in (("gpipe", 0), ("family", extra_family_seeds(problem, "stash"))):
+        planner = get_planner("tidgap", elites=10, population=64, schedule=schedule)
+        least = 22 + extra
+        with pytest.raises(PlannerError, match=f"use at least evals:{least}$"):
+            planner.plan(problem, budget="evals:15")
+        assert planner.plan(problem, budget=f"evals:{least}").evaluations <= least
 
 
 def test_termination_first_reached_stops():

@@ -30,7 +30,7 @@ def _one_line_error(capsys, rc: int, *needles: str) -> str:
 
 def test_unknown_problem_is_one_line(capsys):
     rc = main(["simulate", "--problem", "nope", "--plan", "gpipe:2"])
-    _one_line_error(capsys, rc, "unknown problem 'nope'", "sim-s4-b16-s0")
+    _one_line_error(capsys, rc, "unknown problem 'nope'", "sim-s{S}-b{B}-s{seed}")
 
 
 def test_plan_out_to_a_folder_fails_before_planning(tmp_path, capsys):

@@ -19,8 +19,9 @@ PROBLEM = "sim-s2-b8-s0"
 @pytest.mark.parametrize("planner", planner_names())
 def test_simulate_events_runs_every_planner_plan_file(planner, tmp_path, capsys):
     out = tmp_path / "plan.json"
-    budget = "evals:30" if planner == "optuna-tpe" else "evals:600"
-    assert main(["plan", "--problem", PROBLEM, "--planner", planner, "--budget", budget,
+    budget = {"optuna-tpe": ["--budget", "evals:30"], "exact": []}.get(
+        planner, ["--budget", "evals:600"])  # exact: its own budget (it enumerates)
+    assert main(["plan", "--problem", PROBLEM, "--planner", planner, *budget,
                  "--out", str(out), "--json", "--no-progress"]) == 0
     planned = json.loads(capsys.readouterr().out)
     assert main(["simulate", "--problem", PROBLEM, "--plan", str(out), "--json",

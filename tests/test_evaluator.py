@@ -1,4 +1,4 @@
-"""TiDGAP's population evaluator equals the reference recurrence (MODEL.md §4).
+"""TiDGAP's population evaluator equals the reference recurrence (docs/MODEL.md §4).
 
 numba backend: bit-identical to :func:`gpipe_recurrence` (the same arithmetic in the same
 order); numpy/torch closed form: equal to 1e-12 relative (sums in another order).
@@ -135,7 +135,7 @@ def test_stash_ties_backward_to_forward():
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("S,M", [(1, 1), (3, 4), (4, 8)])
 def test_edp_identity(backend, S, M):
-    """MODEL.md §4: identical stages, zero comm, opt = 0: T = (M + S - 1) (f + b)."""
+    """docs/MODEL.md §4: identical stages, zero comm, opt = 0: T = (M + S - 1) (f + b)."""
     B = 8
     f, b = 0.25, 0.75  # per microbatch of B/M samples: constant costs
     prob = make_problem(fwd=[[f] * B] * S, bwd=[[b] * B] * S, rbwd=[[f + b] * B] * S)

@@ -30,9 +30,9 @@ def test_family_planners_never_lose_to_either_equal_baseline(planner, name, mode
 
 def test_family_beats_the_gpipe_only_search_where_1f1b_wins():
     prob = get_problem("sim-s4-b16-s0")
-    fam = get_planner("tidgap").plan(prob, mode="stash", budget="evals:3000", seed=0)
-    gp = get_planner("tidgap", schedule="gpipe").plan(prob, mode="stash", budget="evals:3000",
-                                                      seed=0)
+    fam = get_planner("tidgap").plan(prob, mode="stash", budget="evals:20000", seed=0)
+    gp = get_planner("tidgap", schedule="gpipe").plan(prob, mode="stash",
+                                                      budget="evals:20000", seed=0)
     assert fam.iteration_time < best_edp(prob, "stash", "1f1b")[1] < gp.iteration_time
     assert fam.plan.caps is not None and gp.plan.caps is None
 

@@ -1,4 +1,4 @@
-"""Runtime tests (MODEL.md §5): gradients equal the single-process full-batch gradient for any
+"""Runtime tests (docs/MODEL.md §5): gradients equal the single-process full-batch gradient for any
 plan, schedule and mode; faults end the run naming the stage with no process left behind; shape
 mismatches are clear errors; plans that do not fit are refused before launch.
 

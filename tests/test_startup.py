@@ -56,16 +56,17 @@ def test_tune_help_still_lists_its_options():
 def test_second_process_compiles_no_kernel(tmp_path):
     code = (
         "import json\n"
-        "from umpipe_bench.planners import _kernels, _variation\n"
+        "from umpipe_bench.planners import _family_kernels, _kernels, _variation\n"
         "from umpipe_bench.planners.tidgap import TiDGAP\n"
         "from umpipe_bench.synthetic import synthetic_problem\n"
-        "TiDGAP(population=8).plan(synthetic_problem(3, 6, 0), mode='recompute',"
-        " budget='gens:12', seed=0)\n"
+        "for schedule in ('family', 'gpipe'):\n"
+        "    TiDGAP(population=8, schedule=schedule).plan(synthetic_problem(3, 6, 0),"
+        " mode='recompute', budget='gens:12', seed=0)\n"
         "fns = [_kernels.forward_pass, _kernels.backward_pass, _variation.vary,"
-        " _variation.elite_rows]\n"
+        " _variation.elite_rows, _family_kernels.family_pass]\n"
         "print(json.dumps([[sum(f.stats.cache_hits.values()) > 0,"
         " sum(f.stats.cache_misses.values())] for f in fns]))\n"
     )
     env = {"NUMBA_CACHE_DIR": str(tmp_path)}
     _python(code, env)  # first process: compiles and writes the cache
-    assert json.loads(_python(code, env)) == [[True, 0]] * 4  # loaded from disk, none compiled
+    assert json.loads(_python(code, env)) == [[True, 0]] * 5  # loaded from disk, none compiled

@@ -13,7 +13,8 @@ from umpipe_bench.synthetic import synthetic_problem
 
 
 def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, shift=2.0,
-          stage_len=None, local=False, best=0, seed=0, cur_b=None):
+          stage_len=None, local=False, best=0, seed=0, cur_b=None, cur_k=None, cap_rate=0.0,
+          B=2):
     rng = np.random.default_rng(seed)
     P, L = cur_f.shape
     recompute = cur_b is not None
@@ -21,11 +22,16 @@ def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, s
     nf = np.zeros_like(cur_f)
     nb = np.zeros_like(cur_f) if recompute else nf
     nt = np.full(P, np.nan)
+    ck = np.zeros((P, 0), np.int64) if cur_k is None else cur_k
+    nk = np.zeros_like(ck)
     args = (cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift, 0.0,
-            stage_len or L, recompute, local, best)
+            stage_len or L, recompute, local, best, ck, nk, cap_rate, B)
     nc = V.vary(rng.random(8), *args)
     assert nc == -1  # too few uniforms: says so, the caller draws more
-    nc = V.vary(rng.random(V.uniforms_needed(n_off, tournament, flip, shift)), *args)
+    nc = V.vary(rng.random(V.uniforms_needed(n_off, tournament, flip, shift, ck.shape[1])),
+                *args)
+    if cur_k is not None:
+        return nc, nf, nb, nt, nk
     return nc, nf, nb, nt
 
 
@@ -101,7 +107,8 @@ def test_local_generation_is_one_move_from_the_best(recompute):
 def test_elite_rows_are_distinct_and_best_first():
     pop = np.array([[1, 0], [1, 0], [0, 1], [0, 0]], np.uint8)
     times = np.array([1.0, 1.0, 2.0, 0.5])
-    assert V.elite_rows(pop, pop, times, 3, False).tolist() == [3, 0, 2]
+    assert V.elite_rows(pop, pop, np.zeros((len(pop), 0), np.int64), times, 3,
+                        False).tolist() == [3, 0, 2]
 
 
 def test_no_plan_is_decoded_per_generation(monkeypatch):
@@ -117,3 +124,34 @@ def test_no_plan_is_decoded_per_generation(monkeypatch):
     res = TiDGAP(population=16).plan(synthetic_problem(4, 16, 0), budget="gens:30", seed=0)
     assert len(res.history) == 31
     assert len(calls) == 1
+
+
+def test_cap_genes_follow_their_parents_and_stay_in_range():
+    """Cap genes (docs/SCHEDULES.md): unchanged offspring keep their parent's caps; mating
+    swaps one contiguous run of stages; every cap stays in 1..B."""
+    rng = np.random.default_rng(3)
+    P, S, B = 40, 5, 16
+    cur_f = (rng.random((P, S * (B - 1))) < 0.3).astype(np.uint8)
+    cur_k = rng.integers(1, B + 1, size=(P, S))
+    times = rng.random(P)
+    nc, nf, _, nt, nk = _vary(cur_f, times, P - 2, cur_k=cur_k, cap_rate=2.0, B=B,
+                              stage_len=B - 1, cxpb=0.0, mutpb=0.0)
+    assert nc == 0  # nothing changed: every offspring is a copy of its parent
+    for k in range(P - 2):
+        parents = [i for i in range(P) if (cur_f[i] == nf[k]).all() and times[i] == nt[k]]
+        assert any((cur_k[i] == nk[k]).all() for i in parents)
+    nc, nf, _, nt, nk = _vary(cur_f, times, P - 2, cur_k=cur_k, cap_rate=3.0, B=B,
+                              stage_len=B - 1, cxpb=1.0, mutpb=1.0, seed=5)
+    assert nc == P - 2 and nk[:nc].min() >= 1 and nk[:nc].max() <= B
+    assert (nk[:nc] != cur_k[:nc]).any()
+
+
+def test_cap_crossover_swaps_one_contiguous_run_of_stages():
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        a = np.full(6, 2, np.int64)
+        b = np.full(6, 9, np.int64)
+        assert V._cross_caps(rng.random(2), 0, a, b) == 2
+        assert (a + b == 11).all()
+        run = np.flatnonzero(a == 9)
+        assert run.size >= 1 and (np.diff(run) == 1).all()

@@ -1,4 +1,4 @@
-"""Plans: per-stage forward and backward compositions of the mini-batch (MODEL.md §2).
+"""Plans: per-stage forward and backward compositions of the mini-batch (docs/MODEL.md §2).
 
 A plan gives every stage ``s`` a forward partition ``P[s]`` and a backward partition ``Q[s]``
 of ``B`` (ordered positive sizes summing to ``B``) and a memory mode: ``stash`` (``Q == P``) or
@@ -135,7 +135,7 @@ def _check_recorded_B(data: dict[str, Any], where: str) -> None:
 
 @dataclass(frozen=True)
 class Plan:
-    """Per-stage forward and backward compositions and a memory mode (MODEL.md §2)."""
+    """Per-stage forward and backward compositions and a memory mode (docs/MODEL.md §2)."""
 
     fwd: tuple[tuple[int, ...], ...]
     bwd: tuple[tuple[int, ...], ...]

@@ -1,4 +1,4 @@
-"""Problems: one training iteration of one model on one machine layout (MODEL.md §1).
+"""Problems: one training iteration of one model on one machine layout (docs/MODEL.md §1).
 
 A :class:`Problem` holds per-stage cost tables measured at a grid of microbatch sizes and read at
 any size ``m`` in ``1..B`` by piecewise-linear interpolation, the links between neighbouring
@@ -68,7 +68,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 @dataclass(frozen=True)
 class StageMemory:
-    """Memory figures of one stage, in bytes (MODEL.md §1)."""
+    """Memory figures of one stage, in bytes (docs/MODEL.md §1)."""
 
     param_bytes: float
     saved_act_bytes_per_sample: float
@@ -94,7 +94,7 @@ class StageCosts:
 class Link:
     """Boundary ``s -> s+1``: bytes per sample each way and the link's latency and bandwidth.
 
-    ``comm(m) = latency + m * bytes / bandwidth`` (MODEL.md §1).
+    ``comm(m) = latency + m * bytes / bandwidth`` (docs/MODEL.md §1).
     """
 
     act_bytes: float
@@ -137,7 +137,7 @@ def _interp_table(sizes: Sequence[int], values: Sequence[float], B: int) -> np.n
 
 @dataclass(frozen=True)
 class Problem:
-    """One training iteration of one model on one layout (MODEL.md §1).
+    """One training iteration of one model on one layout (docs/MODEL.md §1).
 
     Construct through :meth:`from_dict` / :meth:`load` (validated) or directly followed by
     :meth:`validate`.
@@ -201,7 +201,7 @@ class Problem:
         return float(self._tables.rbwd[s, self._check_m(m)])
 
     def backward_cost(self, s: int, m: int, mode: str) -> float:
-        """``c[s](m)`` of MODEL.md §4: ``bwd`` in stash mode, ``rbwd`` in recompute mode."""
+        """``c[s](m)`` of docs/MODEL.md §4: ``bwd`` in stash mode, ``rbwd`` in recompute mode."""
         return self.bwd(s, m) if mode == "stash" else self.rbwd(s, m)
 
     def opt(self, s: int) -> float:

@@ -5,17 +5,22 @@
 * group ``umpipe_bench.planners``: each entry is a planner class, keyed by the entry's name.
 
 The core never imports ``baselines/`` or ``problems/``: they plug in here, as third-party
-planners and problem sets can. Lookups are case-insensitive; an unknown name raises a
-``KeyError`` that lists the valid names.
+planners and problem sets can. Lookups are case-insensitive. A provider's mapping may also
+resolve names it does not list (open names such as ``sim-s5-b10-s3``, docs/SIMNETS.md): it then
+has a ``resolve(name)`` method returning a loader or None, and a ``patterns`` tuple. An unknown
+problem raises a ``KeyError`` naming those patterns and the closest listed names; an unknown
+planner one that lists the valid planners.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
+from .errors import UnknownNameError
 from .problem import Problem
 
 __all__ = [
@@ -25,6 +30,7 @@ __all__ = [
     "planner_names",
     "problem_loaders",
     "problem_names",
+    "problem_patterns",
     "register_planner",
 ]
 
@@ -35,16 +41,43 @@ _extra_planners: dict[str, type] = {}
 
 
 @cache
+def _providers() -> tuple[tuple[str, Any], ...]:
+    return tuple((ep.name, ep.load()()) for ep in
+                 sorted(entry_points(group=PROBLEM_GROUP), key=lambda e: e.name))
+
+
+@cache
 def problem_loaders() -> dict[str, Callable[[], Problem]]:
-    """All registered problems, ``name -> loader`` (loaders are cheap and lazy)."""
+    """All listed problems, ``name -> loader`` (loaders are cheap and lazy)."""
     out: dict[str, Callable[[], Problem]] = {}
-    for ep in sorted(entry_points(group=PROBLEM_GROUP), key=lambda e: e.name):
-        provider = ep.load()
-        for name, loader in provider().items():
+    for ep_name, table in _providers():
+        for name, loader in table.items():
             if name.lower() in out:
-                raise RuntimeError(f"problem {name!r} registered twice (entry point {ep.name!r})")
+                raise RuntimeError(f"problem {name!r} registered twice (entry point {ep_name!r})")
             out[name.lower()] = loader
     return out
+
+
+def problem_patterns() -> list[str]:
+    """The name patterns of the providers' open names (e.g. ``sim-s{S}-b{B}-s{seed}``)."""
+    return [p for _, table in _providers() for p in getattr(table, "patterns", ())]
+
+
+def _problem_loader(name: str) -> Callable[[], Problem]:
+    key = name.lower()
+    table = problem_loaders()
+    if key in table:
+        return table[key]
+    for _, provider_table in _providers():
+        resolve = getattr(provider_table, "resolve", None)
+        loader = resolve(key) if resolve is not None else None
+        if loader is not None:
+            return loader
+    close = difflib.get_close_matches(key, list(table), n=5, cutoff=0.5)
+    raise UnknownNameError(
+        f"unknown problem {name!r}; names: {', '.join(problem_patterns())}, a committed profile "
+        f"or a problem file (.json); closest: {', '.join(close) or 'none'} ('umpipe-bench "
+        "problems' lists them all)")
 
 
 def problem_names() -> list[str]:
@@ -54,13 +87,14 @@ def problem_names() -> list[str]:
 def _lookup(kind: str, table: dict[str, Any], name: str) -> Any:
     key = name.lower()
     if key not in table:
-        raise KeyError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(table))}")
+        raise UnknownNameError(
+            f"unknown {kind} {name!r}; valid {kind}s: {', '.join(sorted(table))}")
     return table[key]
 
 
 @cache
 def _load_problem(name: str) -> Problem:
-    return _lookup("problem", problem_loaders(), name)()
+    return _problem_loader(name)()
 
 
 def get_problem(name: str) -> Problem:

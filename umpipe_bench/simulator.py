@@ -1,4 +1,4 @@
-"""The reference simulator: operation lists + problem -> timeline (MODEL.md §4).
+"""The reference simulator: operation lists + problem -> timeline (docs/MODEL.md §4).
 
 Two implementations that must agree on every gpipe plan:
 
@@ -7,8 +7,8 @@ Two implementations that must agree on every gpipe plan:
   each link direction carries one transfer at a time in production order; compute and
   communication overlap. It returns a full :class:`Timeline` (every op and transfer, busy and
   bubble fractions, a peak-memory estimate).
-* :func:`gpipe_recurrence` is MODEL.md §4's nested loop for the gpipe schedule, written plainly:
-  the reference every fast evaluator (TiDGAP) is tested against.
+* :func:`gpipe_recurrence` is docs/MODEL.md §4's nested loop for the gpipe schedule, written
+  plainly: the reference every fast evaluator (TiDGAP) is tested against.
 
 This module imports no torch.
 """
@@ -131,7 +131,7 @@ def simulate(
     ops: list[list[Op]] | None = None,
     memory_cap: float | None = None,
 ) -> Timeline:
-    """Simulate one iteration of ``plan`` on ``problem`` under ``schedule`` (MODEL.md §4).
+    """Simulate one iteration of ``plan`` on ``problem`` under ``schedule`` (docs/MODEL.md §4).
 
     ``schedule`` None: the plan's own (``capped`` when it carries in-flight caps, else
     ``gpipe``; docs/SCHEDULES.md). ``memory_cap`` (bytes, every stage) overrides the problem's
@@ -250,7 +250,7 @@ def simulate(
 
 
 def gpipe_recurrence(problem: Problem, plan: Plan) -> float:
-    """Iteration time of ``plan`` under gpipe by MODEL.md §4's recurrence, literally.
+    """Iteration time of ``plan`` under gpipe by docs/MODEL.md §4's recurrence, literally.
 
     One individual at a time, plain Python lists and ``bisect``: the reference evaluator.
     """

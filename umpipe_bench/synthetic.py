@@ -1,4 +1,4 @@
-"""Synthetic problems: the paper's "simulation networks" (MODEL.md §1).
+"""Synthetic problems: the paper's "simulation networks" (docs/MODEL.md §1).
 
 A seeded generator of heterogeneous stages whose cost curves follow the shapes real hardware
 shows, so that stages disagree about their best microbatch size:
@@ -14,19 +14,21 @@ forward and backward prefer different sizes (what the dual chromosome exploits).
 backward is forward + backward. Every size ``1..B`` is tabulated exactly (no interpolation
 error). Links get a latency of 0.05-1 ms and 0.1-4 MB/sample at 1-10 GB/s.
 
+This is the default family of the open names ``sim-s{S}-b{B}-s{seed}`` (:mod:`.simnames`);
+the hardware-grounded families with a heterogeneity knob are in :mod:`.simnets`
+(docs/SIMNETS.md).
+
 This module imports no torch.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import numpy as np
 
 from .problem import Link, Problem, StageCosts, StageMemory
 
 __all__ = [
-    "FAMILIES", "SIM_BATCHES", "SIM_SEEDS", "SIM_STAGES", "SIM_TINY", "sim_name", "sim_registry",
+    "FAMILIES", "SIM_BATCHES", "SIM_SEEDS", "SIM_STAGES", "SIM_TINY", "sim_name",
     "synthetic_problem",
 ]
 
@@ -126,15 +128,5 @@ def synthetic_problem(
 
 
 def sim_name(S: int, B: int, seed: int) -> str:
+    """The name of the original generator's network ``sim-s{S}-b{B}-s{seed}``."""
     return f"sim-s{S}-b{B}-s{seed}"
-
-
-def sim_registry() -> dict[str, Callable[[], Problem]]:
-    """The named synthetic instances ``sim-s{S}-b{B}-s{seed}`` (generated on demand): every
-    S in SIM_STAGES x B in SIM_BATCHES, plus the tiny SIM_TINY ones for exact optima."""
-    shapes = [(S, B) for S in SIM_STAGES for B in SIM_BATCHES] + list(SIM_TINY)
-    return {
-        sim_name(S, B, seed): (lambda S=S, B=B, seed=seed: synthetic_problem(S, B, seed))
-        for S, B in shapes
-        for seed in SIM_SEEDS
-    }

@@ -32,7 +32,7 @@ class ModelSpec:
 
     ``build(config, dtype, seed)`` returns the layers in order; ``sample_batch(B, config, seed,
     dtype)`` returns ``(inputs, targets)``; ``loss(output, targets)`` returns the SUM of the
-    per-sample losses (callers divide by the mini-batch size, MODEL.md §5).
+    per-sample losses (callers divide by the mini-batch size, docs/MODEL.md §5).
     """
 
     name: str

@@ -3,7 +3,7 @@
 The shapes follow Radford et al. (2018): learned token and position embeddings, post-LayerNorm
 decoder blocks with causal multi-head self-attention (d_model 768, 12 heads) and a GELU MLP
 (3072), and an untied LM head over the 40,478-token BPE vocabulary. Dropout is 0 and there is
-no BatchNorm, so every sample's output depends on that sample only (MODEL.md §5: the runtime's
+no BatchNorm, so every sample's output depends on that sample only (docs/MODEL.md §5: the runtime's
 gradient check needs per-sample independence).
 
 ``gpt1-mini`` has the same 14-layer structure with a narrow width, a short sequence and a small
@@ -11,7 +11,7 @@ vocabulary so one fwd+bwd iteration at B = 32 runs in about a second on one core
 the runtime executes for real.
 
 The per-sample loss is the mean token cross-entropy of that sample; ``loss`` returns the SUM
-over samples (callers divide by B, MODEL.md §5).
+over samples (callers divide by B, docs/MODEL.md §5).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def _sampler(defaults: dict[str, Any]):
 
 
 def loss(output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """SUM over samples of each sample's mean token cross-entropy (MODEL.md §5)."""
+    """SUM over samples of each sample's mean token cross-entropy (docs/MODEL.md §5)."""
     seq = output.shape[1]
     ce = F.cross_entropy(output.flatten(0, 1), targets.flatten(), reduction="sum")
     return ce / seq

@@ -7,7 +7,7 @@ above layer 1, which is far above layers 0 and 2, and stage costs must grow with
 samples: tests check those orderings and rough ratios (the torchgpipe habit of testing the
 profiler on layers whose answer is known in advance, STYLE.md).
 
-Samples are ``(rows, hidden)`` matrices; each sample is processed independently (MODEL.md §5).
+Samples are ``(rows, hidden)`` matrices; each sample is processed independently (docs/MODEL.md §5).
 The weights are random orthogonal matrices so repeated products keep the scale of the input.
 """
 
@@ -88,7 +88,7 @@ def sample_batch(
 
 
 def loss(output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """SUM over samples of each sample's squared error (MODEL.md §5)."""
+    """SUM over samples of each sample's squared error (docs/MODEL.md §5)."""
     return 0.5 * ((output - targets) ** 2).sum()
 
 

@@ -1,4 +1,4 @@
-"""``tiny-mlp``: a few Linear+tanh layers for float64 runtime correctness tests (MODEL.md §5).
+"""``tiny-mlp``: a few Linear+tanh layers for float64 runtime correctness tests (docs/MODEL.md §5).
 
 The model is per-sample independent (no normalisation across the batch, no dropout), so the
 gradient of ``sum of per-sample losses / B`` does not depend on how the batch is cut into
@@ -65,7 +65,7 @@ def sample_batch(
 
 
 def loss(output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Sum over samples of the per-sample squared error (callers divide by B, MODEL.md §5)."""
+    """Sum over samples of the per-sample squared error (callers divide by B, docs/MODEL.md §5)."""
     return ((output - targets) ** 2).sum()
 
 

@@ -5,7 +5,7 @@ Simonyan & Zisserman (2015), configuration D. Each conv layer is Conv3x3 + ReLU,
 exactly 13 conv layers). The first fc layer flattens its input, so its width depends on the
 image size: ``8 * width * (image / 32) ** 2`` inputs (no adaptive pooling; the image side must be
 a multiple of 32). No BatchNorm and dropout 0: each sample's output depends on that sample only
-(MODEL.md §5).
+(docs/MODEL.md §5).
 
 ``vgg16-mini`` keeps the 16-layer structure with 40/64 of the channels, a 32-pixel image, narrow
 fc layers and 10 classes so a fwd+bwd iteration at B = 32 takes about half a second on one core.
@@ -117,7 +117,7 @@ def _sampler(defaults: dict[str, Any]):
 
 
 def loss(output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """SUM over samples of each sample's cross-entropy (MODEL.md §5)."""
+    """SUM over samples of each sample's cross-entropy (docs/MODEL.md §5)."""
     return F.cross_entropy(output, targets, reduction="sum")
 
 

@@ -9,24 +9,25 @@ modules that draw, tune or report, not here.
 
 from __future__ import annotations
 
-from .config import BenchConfig, Cell, ConfigError, builtin_config, load_config, parse_config
-from .leaderboard import COLUMNS, KEY_COLUMNS, Leaderboard, read_rows
-from .runner import BenchError, RunSummary, run_cell, run_matrix, select_cells
+import importlib
+from typing import Any
 
-__all__ = [
-    "COLUMNS",
-    "KEY_COLUMNS",
-    "BenchConfig",
-    "BenchError",
-    "Cell",
-    "ConfigError",
-    "Leaderboard",
-    "RunSummary",
-    "builtin_config",
-    "load_config",
-    "parse_config",
-    "read_rows",
-    "run_cell",
-    "run_matrix",
-    "select_cells",
-]
+#: Public names and the submodule that defines each: imported on first use (PEP 562), so that
+#: importing one light submodule (e.g. :mod:`.heterogeneity` for the CLI's defaults) does not
+#: pull in pydantic through :mod:`.config`.
+_EXPORTS = {
+    "BenchConfig": "config", "Cell": "config", "ConfigError": "config",
+    "builtin_config": "config", "load_config": "config", "parse_config": "config",
+    "COLUMNS": "leaderboard", "KEY_COLUMNS": "leaderboard", "Leaderboard": "leaderboard",
+    "read_rows": "leaderboard",
+    "BenchError": "runner", "RunSummary": "runner", "run_cell": "runner",
+    "run_matrix": "runner", "select_cells": "runner",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

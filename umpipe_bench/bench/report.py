@@ -51,6 +51,14 @@ def _edp(T: Any, M: Any) -> str:
     return "none fits" if pd.isna(T) else f"{_ms(T)} ({int(M)})"
 
 
+def _gap(r: pd.Series) -> float:
+    """How far the row's T is above the problem's lower bound (docs/SIMNETS.md)."""
+    from ..bound import named_lower_bound
+
+    lb = named_lower_bound(str(r["problem"]), str(r["mode"]))
+    return float("nan") if lb is None else float(r["T_pred"]) / lb - 1.0
+
+
 def _peak_share(r: pd.Series) -> str:
     """The largest per-stage ratio of peak memory to memory cap, as a percentage."""
     peaks, caps = r.get("peak_memory"), r.get("memory_cap_bytes")
@@ -90,6 +98,7 @@ def headline_table(df: pd.DataFrame, capped: bool = False) -> pd.DataFrame:
             "vs GPipe": _pct(r["speedup_vs_gpipe"]),
             "vs 1F1B": _pct(r["speedup_vs_1f1b"]),
             "vs best EDP": _pct(r["speedup_vs_best_edp"]),
+            "gap to bound": _pct(_gap(r)),
             "planner mean vs best EDP (seeds)": (
                 f"{_pct(same['speedup_vs_best_edp'].mean())} ({len(same)})"),
         })

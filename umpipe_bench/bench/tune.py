@@ -42,7 +42,7 @@ __all__ = ["SEARCH_SPACE", "TUNED_SCHEMA", "TuneError", "TuneSpec", "check_spec"
 #: Ranges Optuna draws from, for every GA setting a planner declares in its ``defaults``:
 #: ``(kind, low, high, log)``; kind "int", "float" or "bool". (elites <= 8 < population.)
 SEARCH_SPACE: dict[str, tuple[str, float, float, bool]] = {
-    "population": ("int", 16, 512, True),
+    "population": ("int", 16, 1024, True),
     "cxpb": ("float", 0.2, 1.0, False),
     "mutpb": ("float", 0.05, 1.0, False),
     "flip_rate": ("float", 0.1, 4.0, True),

@@ -74,6 +74,7 @@ def _speedup(T_base: float | None, T: float) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..bound import lower_bound
     from ..memory import check_fits, format_bytes, parse_size
     from ..simulator import simulate
     from ._lookup import planner_class
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     fitting = [t for t in (T_g, T_1) if t is not None]
     T_e = min(fitting) if fitting else None
     T = res.iteration_time
+    lb = lower_bound(problem, args.mode)
     out: dict[str, Any] = {
         "planner": res.planner,
         "problem": problem.name,
@@ -113,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         "speedup_vs_gpipe": _speedup(T_g, T),
         "speedup_vs_1f1b": _speedup(T_1, T),
         "speedup_vs_best_edp": _speedup(T_e, T),
+        "lower_bound": lb,
+        "gap_to_bound": T / lb - 1.0,
         "memory_cap": None if tl.capacity is None else max(tl.capacity),
         "peak_memory": tl.peak_memory,
         "fits_memory": tl.fits_memory,
@@ -140,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"vs {label:<10} no EDP(M) fits the memory cap")
         else:
             print(f"vs {label:<10} (M={M:>3}, {Tb * 1e3:.4f} ms): {100 * (Tb / T - 1):+.2f} %")
+    print(f"lower bound     ({lb * 1e3:.4f} ms): T is at most {100 * (T / lb - 1):.2f} % above "
+          "the optimum (docs/SIMNETS.md)")
     if tl.peak_memory is not None:
         cap = "" if tl.capacity is None else f" (cap {format_bytes(max(tl.capacity))})"
         print(f"peak memory: max {format_bytes(max(tl.peak_memory))} over stages{cap}")

@@ -1,7 +1,7 @@
-"""MODEL.md §4's closed form as whole-population array operations (numpy or torch).
+"""docs/MODEL.md §4's closed form as whole-population array operations (numpy or torch).
 
 One stage's recurrence ``F_j = max(F_{j-1}, R_j) + t_j`` is ``F_j = C_j + max(F_0,
-max_{i<=j}(R_i - C_{i-1}))`` with ``C`` the cumulative sum of ``t`` (MODEL.md §4). This module
+max_{i<=j}(R_i - C_{i-1}))`` with ``C`` the cumulative sum of ``t`` (docs/MODEL.md §4). This module
 evaluates it for all individuals (rows) and all microbatches (columns) at once, the two levels of
 TiDGAP, on a padded *sample-position* layout: an ``[N, B]`` array per stage whose column ``i``
 is sample ``i``; the microbatch ends (cut bits, plus the last sample) carry the microbatch's
@@ -103,7 +103,7 @@ def _chain(xp: Any, E: Any, cost: Any, R: Any, start: Any) -> Any:
 
 
 def closed_form_forward(xp: Any, fb: Any, fwd: Any, act: Any) -> Any:
-    """``F[s, K_s]`` [N, S] for cut bits ``fb`` [N, S, B-1] (MODEL.md §4 forward)."""
+    """``F[s, K_s]`` [N, S] for cut bits ``fb`` [N, S, B-1] (docs/MODEL.md §4 forward)."""
     N, S, L = fb.shape
     B = L + 1
     pos = xp.positions(N, B, fb)
@@ -124,7 +124,7 @@ def closed_form_forward(xp: Any, fb: Any, fwd: Any, act: Any) -> Any:
 def closed_form_backward(
     xp: Any, bb: Any, cb: Any, grad: Any, opt: Any, F_last: Any
 ) -> Any:
-    """``T = max_s (G[s, L_s] + opt[s])`` [N] for cut bits ``bb`` (MODEL.md §4 backward)."""
+    """``T = max_s (G[s, L_s] + opt[s])`` [N] for cut bits ``bb`` (docs/MODEL.md §4 backward)."""
     N, S, L = bb.shape
     B = L + 1
     pos = xp.positions(N, B, bb)

@@ -1,6 +1,6 @@
-"""Compiled (numba) population kernels for the gpipe recurrence (MODEL.md §4).
+"""Compiled (numba) population kernels for the gpipe recurrence (docs/MODEL.md §4).
 
-The loops are MODEL.md §4's recurrence written exactly as
+The loops are docs/MODEL.md §4's recurrence written exactly as
 :func:`umpipe_bench.simulator.gpipe_recurrence` writes it (same operations, same order), so the
 iteration times are bit-identical to the reference, not merely close. What makes them fast:
 

@@ -228,12 +228,15 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
             nxt_times[j] = times[parent[k]]
             j += 1
     Sk = cur_k.shape[1]
-    for k in range(n_off):
-        nxt_f[pos[k]] = cur_f[parent[k]]
+    for k in range(n_off):  # explicit loops: numba's row assignment is ~10x slower
+        d, a = pos[k], parent[k]
+        for i in range(L):
+            nxt_f[d, i] = cur_f[a, i]
         if recompute:
-            nxt_b[pos[k]] = cur_b[parent[k]]
-        if Sk > 0:
-            nxt_k[pos[k]] = cur_k[parent[k]]
+            for i in range(L):
+                nxt_b[d, i] = cur_b[a, i]
+        for i in range(Sk):
+            nxt_k[d, i] = cur_k[a, i]
     if L == 0:
         return nc
     if local:

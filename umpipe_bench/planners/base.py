@@ -1,6 +1,6 @@
 """The planner interface: ``plan(problem, *, mode, budget, seed) -> PlanResult`` (STYLE.md 4).
 
-Every planner optimizes the same simulator (MODEL.md §4); none has a cost model of its own. The
+Every planner optimizes the same simulator (docs/MODEL.md §4); none has a cost model of its own. The
 public :meth:`Planner.plan` validates its arguments, times the run and calls the private
 :meth:`Planner._plan` hook that each planner overrides.
 """

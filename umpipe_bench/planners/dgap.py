@@ -1,4 +1,4 @@
-"""DGAP: the dual-chromosome genetic algorithm on DEAP (UMPIPE; MODEL.md §2 and §4).
+"""DGAP: the dual-chromosome genetic algorithm on DEAP (UMPIPE; docs/MODEL.md §2 and §4).
 
 An individual holds two chromosomes of cut bits (forward and backward partitions of every
 stage; :mod:`.encoding`); in stash mode the backward chromosome is tied to the forward one, so

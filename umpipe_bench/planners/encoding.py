@@ -31,7 +31,7 @@ __all__ = [
 
 
 def edp_row(B: int, M: int) -> np.ndarray:
-    """The cut bits ``[B-1]`` of a balanced split of ``B`` into ``M`` parts (MODEL.md §2)."""
+    """The cut bits ``[B-1]`` of a balanced split of ``B`` into ``M`` parts (docs/MODEL.md §2)."""
     row = np.zeros(max(B - 1, 0), dtype=np.uint8)
     cuts = np.cumsum(balanced_split(B, M)[:-1], dtype=np.int64) - 1
     row[cuts] = 1
@@ -39,7 +39,7 @@ def edp_row(B: int, M: int) -> np.ndarray:
 
 
 def edp_bits(S: int, B: int, M: int) -> np.ndarray:
-    """EDP(M) as cut bits ``[S, B-1]`` (balanced split, larger first; MODEL.md §2)."""
+    """EDP(M) as cut bits ``[S, B-1]`` (balanced split, larger first; docs/MODEL.md §2)."""
     return np.repeat(edp_row(B, M)[None], S, axis=0)
 
 

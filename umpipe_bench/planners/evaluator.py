@@ -1,7 +1,7 @@
-"""Whole-population evaluation of the gpipe recurrence (MODEL.md §4): TiDGAP's first level.
+"""Whole-population evaluation of the gpipe recurrence (docs/MODEL.md §4): TiDGAP's first level.
 
 A population is two uint8 arrays of cut bits, ``fbits`` and ``bbits``, shape ``[N, S, B-1]``
-(MODEL.md §2's encoding: bit ``i`` of stage ``s`` = a microbatch boundary after sample
+(docs/MODEL.md §2's encoding: bit ``i`` of stage ``s`` = a microbatch boundary after sample
 ``i+1``); in stash mode ``bbits`` is ``fbits``. :class:`PopulationEvaluator` returns the
 iteration time ``T`` of every individual. Backends:
 
@@ -9,7 +9,7 @@ iteration time ``T`` of every individual. Backends:
     compiled loops, the reference recurrence's exact arithmetic: bit-identical to
     :func:`umpipe_bench.simulator.gpipe_recurrence` (fastest on a CPU; about 10x the numpy form).
 ``numpy``
-    MODEL.md §4's closed form (cumsum/cummax) over individuals x sample positions: the paper's
+    docs/MODEL.md §4's closed form (cumsum/cummax) over individuals x sample positions: the paper's
     matrix formulation; equal to the reference to ~1e-14 relative.
 ``torch``
     the same closed form on a torch device (``device=`` setting; pays on a GPU with large
@@ -59,7 +59,7 @@ def _pool(workers: int) -> Any:
 
 
 class PopulationEvaluator:
-    """Iteration times of whole populations of cut-bit plans (MODEL.md §4, gpipe schedule).
+    """Iteration times of whole populations of cut-bit plans (docs/MODEL.md §4, gpipe schedule).
 
     ``evaluator(fbits, bbits)`` -> float64 ``[N]``. ``forward(fbits)`` -> ``F[s, K_s]``
     ``[N, S]`` and ``backward(bbits, F_last)`` -> ``T`` split the two passes (the backward
@@ -136,7 +136,7 @@ class PopulationEvaluator:
 
     # ------------------------------------------------------------------ passes
     def forward(self, fbits: np.ndarray) -> np.ndarray:
-        """``F[s, K_s]`` for every individual, ``[N, S]`` (MODEL.md §4 forward loop)."""
+        """``F[s, K_s]`` for every individual, ``[N, S]`` (docs/MODEL.md §4 forward loop)."""
         fb = self._check(fbits, "fbits")
         t = self._tables
         if self._kernels is not None:

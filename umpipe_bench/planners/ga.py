@@ -103,6 +103,8 @@ def population_size(planner: str, problem: Problem, settings: dict[str, Any],
         raise PlannerError(
             f"planner {planner!r}: budget evals:{budget.evaluations} is too small for problem "
             f"{problem.name!r}: seeding scans EDP(M) for all M (B={problem.B})"
-            f"{' plus the 2 greedy plans' if settings['greedy_seeds'] else ''}, then needs a "
+            f"{' plus the 2 greedy plans' if settings['greedy_seeds'] else ''}"
+            f"{f' plus {extra_seeds} 1F1B-EDP seeds of the schedule family' if extra_seeds else ''}"
+            ", then needs a "
             f"population of at least {least}; use at least evals:{seeding + least}")
     return max(min(P, room), least)

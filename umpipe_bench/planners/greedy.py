@@ -1,6 +1,6 @@
 """Greedy plan constructions: ``local-greedy`` and ``greedy-dp`` (baselines and GA seeds).
 
-Both are defined on MODEL.md §2 plans and the §4 recurrence; neither has a cost model of its
+Both are defined on docs/MODEL.md §2 plans and the §4 recurrence; neither has a cost model of its
 own. They live in the core (not in ``baselines/``) because DGAP and TiDGAP seed their initial
 populations with them; ``baselines/greedy.py`` wraps them as planners.
 
@@ -63,7 +63,7 @@ def local_greedy_plan(problem: Problem, mode: str = "stash") -> Plan:
 def pareto_prefix_dp(
     R: np.ndarray, cost: np.ndarray, link: np.ndarray | None, start: float
 ) -> tuple[int, ...]:
-    """Exact best composition of ``B`` for one stage and direction (MODEL.md §4 chains).
+    """Exact best composition of ``B`` for one stage and direction (docs/MODEL.md §4 chains).
 
     ``R[a]`` (a = 1..B): release time of a microbatch whose last sample is ``a`` (index 0
     unused). ``cost[p]``, ``link[p]``: compute and transfer time of ``p`` samples (``link``
@@ -144,7 +144,7 @@ def _fill(ends: np.ndarray, values: list[float], B: int) -> np.ndarray:
 
 
 def greedy_dp_plan(problem: Problem, mode: str = "stash") -> Plan:
-    """Stage-by-stage exact prefix DP (see the module docstring); MODEL.md §4 chains."""
+    """Stage-by-stage exact prefix DP (see the module docstring); docs/MODEL.md §4 chains."""
     tb = problem.tables()
     S, B = problem.S, problem.B
     cb = tb.backward(mode)

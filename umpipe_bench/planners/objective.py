@@ -1,4 +1,4 @@
-"""What a search planner optimizes: a batch of genomes in, iteration times out (MODEL.md §4).
+"""What a search planner optimizes: a batch of genomes in, iteration times out (docs/MODEL.md §4).
 
 The search loop (:mod:`.loop`) never looks inside a genome: it hands a :class:`Genomes` batch
 to ``objective.evaluate`` and counts its rows. A genome is the dual cut-bit chromosome
@@ -27,7 +27,7 @@ class Genomes:
     and optionally per-stage in-flight caps, int64 ``[N, S]`` (docs/SCHEDULES.md; None: no
     cap, the GPipe lists).
 
-    In stash mode ``bwd`` is the same array as ``fwd`` (tied chromosomes, MODEL.md §2).
+    In stash mode ``bwd`` is the same array as ``fwd`` (tied chromosomes, docs/MODEL.md §2).
     """
 
     fwd: np.ndarray
@@ -59,7 +59,7 @@ class Objective(Protocol):
 
 class CutBitsObjective:
     """The gpipe recurrence over cut-bit genomes, through :class:`.evaluator.PopulationEvaluator`
-    (``backend``: auto, numba, numpy, torch, python; MODEL.md §4)."""
+    (``backend``: auto, numba, numpy, torch, python; docs/MODEL.md §4)."""
 
     def __init__(self, problem: Problem, mode: str, backend: str = "auto",
                  device: str | None = None, threads: int = 1) -> None:

@@ -13,14 +13,17 @@ Same encoding, seeding, operator distributions, elitism and budget accounting as
   offspring first, so the evaluator reads one contiguous slice. No per-individual Python
   object, clone, fitness wrapper or per-generation plan decoding (PERF-ANCHORS.md).
 
-Robustness over seeds (the same budget, less luck): when the best has not improved for
-``patience`` generations, the next generation is a *local* one: every offspring is the best
+Robustness over seeds (the same budget, less luck) comes from a large population (up to 1024,
+:func:`.ga.population_size`), twice DGAP's mutation rates and a stage-copy mutation (a stage
+takes a neighbour stage's partition, ``copy_rate``). Optionally, when the best has not improved
+for ``patience`` generations, the next generation is a *local* one: every offspring is the best
 individual plus one random move (a flip or a boundary shift; :func:`._variation.vary`), a
 sampled neighbourhood of the best, and the best neighbour replaces the best if it is better
 (the rest of the population is kept, so it keeps its diversity). Local generations repeat
 while they improve the best. When the GA is stuck again right after two local searches
 failed, the next generation *restarts* the population: fresh random individuals beside the
-elites. ``patience=0`` turns both off (plain DGAP dynamics).
+elites. ``patience=0`` (the default) turns both off: with the population, mutation rates and
+stage-copy mutation below, they did not help at the default budget (results/perf/quality.md).
 
 Randomness comes from one ``numpy.random.Generator(seed)``: same seed, same result (for
 evaluation and generation budgets; a seconds budget stops wherever the clock says).
@@ -244,8 +247,10 @@ class TiDGAP(SearchPlanner):
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
-    :func:`.ga.population_size`), ``patience``
-    (generations without improvement before a local generation; 0: never), ``copy_rate``
+    :func:`.ga.population_size`; ``flip_rate`` 2 and ``shift_rate`` 4 here: twice DGAP's,
+    measured on vgg16 in results/perf/quality.md), ``patience``
+    (generations without improvement before a local generation; 0, the default: never),
+    ``copy_rate``
     (probability that a mutation also copies one stage's partition onto a neighbour stage:
     aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
     python), ``device`` (torch backend: e.g. ``cuda``) and ``threads`` (numba backend: the
@@ -257,7 +262,8 @@ class TiDGAP(SearchPlanner):
 
     name = "tidgap"
     default_budget = "evals:200000"
-    defaults = {**GA_DEFAULTS, "population": 1024, "patience": 10, "copy_rate": 1.0,
+    defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 2.0, "shift_rate": 4.0,
+                "patience": 0, "copy_rate": 1.0,
                 "backend": "auto", "device": "", "threads": 1, "schedule": "family",
                 "cap_rate": 1.0}
 

@@ -1,4 +1,4 @@
-"""Torch layer-by-layer profiler: real models measured into problem files (MODEL.md §1).
+"""Torch layer-by-layer profiler: real models measured into problem files (docs/MODEL.md §1).
 
 Façade (STYLE.md: a pure algorithm behind a small measuring API, as torchgpipe's balance):
 

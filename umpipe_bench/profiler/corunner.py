@@ -5,7 +5,7 @@ core 0, stage 1 computes on core 1, and each runs slower than it does alone (sha
 memory bandwidth, lower all-core clocks). A profile measured one stage at a time with the other
 cores idle therefore under-predicts a real run. With a co-runner the profiler measures under the
 same kind of load: a separate process, one thread, training the same model on a small batch in a
-loop until the timed rounds end (MODEL.md §1: a problem records how each figure was measured).
+loop until the timed rounds end (docs/MODEL.md §1: a problem records how each figure was measured).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The measuring engine: stage rigs, interleaved timing of every cell, memory figures.
 
-What is measured for each stage ``s`` and size ``m`` of the grid (MODEL.md §1):
+What is measured for each stage ``s`` and size ``m`` of the grid (docs/MODEL.md §1):
 
 * ``fwd[s](m)``: the stage's forward on ``m`` samples with autograd recording (stash mode keeps
   these activations); the last stage includes the loss (``loss(out, targets) / B``).
@@ -348,7 +348,7 @@ def measure_cells(
 
 @dataclass(frozen=True)
 class StageMemoryFigures:
-    """Bytes of one stage (MODEL.md §1): parameters + gradients + optimizer state; tensors
+    """Bytes of one stage (docs/MODEL.md §1): parameters + gradients + optimizer state; tensors
     autograd saves for backward per sample (excluding parameters and the stage input); the
     stage input per sample; the output (activation) and input-gradient per sample."""
 

@@ -1,4 +1,4 @@
-"""Link calibration: a short ping-pong between two local processes (MODEL.md §1, §5).
+"""Link calibration: a short ping-pong between two local processes (docs/MODEL.md §1, §5).
 
 Two processes started with ``torch.multiprocessing.spawn`` join a ``torch.distributed`` group
 (gloo on CPU tensors, or NCCL on two GPUs) and bounce messages of several sizes back and

@@ -1,4 +1,4 @@
-"""Fitting a link model ``time = latency + bytes / bandwidth`` (MODEL.md §1); numpy only."""
+"""Fitting a link model ``time = latency + bytes / bandwidth`` (docs/MODEL.md §1); numpy only."""
 
 from __future__ import annotations
 

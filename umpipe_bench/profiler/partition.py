@@ -1,6 +1,6 @@
-"""Layers to stages, and the size grid: pure algorithms (no torch), MODEL.md §1.
+"""Layers to stages, and the size grid: pure algorithms (no torch), docs/MODEL.md §1.
 
-A stage is a contiguous group of model layers (MODEL.md §1). A grouping is written as
+A stage is a contiguous group of model layers (docs/MODEL.md §1). A grouping is written as
 ``layers_per_stage``: a tuple of positive layer counts summing to the number of layers, e.g.
 ``(4, 3, 3, 4)`` for 14 layers on 4 stages. Three ways to get one:
 
@@ -28,7 +28,7 @@ __all__ = [
 
 
 def size_grid(B: int) -> tuple[int, ...]:
-    """The sizes a profile measures: 1, 2, 4, ... below ``B``, plus ``B`` (MODEL.md §1)."""
+    """The sizes a profile measures: 1, 2, 4, ... below ``B``, plus ``B`` (docs/MODEL.md §1)."""
     if isinstance(B, bool) or not isinstance(B, int) or B < 1:
         raise ProfileError(f"batch size B must be a positive int, got {B!r}")
     sizes = []

@@ -1,0 +1,93 @@
+"""The heterogeneity study: rows, resume, summary and outputs on a tiny grid (docs/SIMNETS.md)."""
+
+from __future__ import annotations
+
+import csv
+
+import pandas as pd
+import pytest
+
+from umpipe_bench.bench.heterogeneity import (
+    COLUMNS,
+    run_study,
+    study_points,
+    summarize,
+    write_outputs,
+)
+from umpipe_bench.cli import main
+
+GRID = dict(stages=[3], batches=[6], modes=["stash", "recompute"], families=["knee", "mix"],
+            hs=[0.0, 1.0], seeds=2)
+
+
+def _rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_points_share_h0_and_put_small_shapes_first():
+    pts = study_points([8, 2], [4, 2], ["stash"], ["knee", "mix-dc"], [0.0, 0.5], 1)
+    assert [(p.S, p.B) for p in pts[:3]] == [(2, 2)] * 3
+    assert [p.family for p in pts if p.h == 0.0] == ["any"] * 4
+    assert len(pts) == 4 * (1 + 2)
+    assert pts[2].problem_name() == "sim-mix-dc-s2-b2-h0.5-s0"
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(families=["warp"]), "unknown family 'warp'"),
+    (dict(hs=[1.5]), "every h must be in [0, 1], got 1.5"),
+    (dict(seeds=0), "--seeds must be >= 1"),
+])
+def test_bad_grid_names_the_option(kwargs, message):
+    with pytest.raises(ValueError, match=None) as exc:
+        study_points(**{**GRID, **kwargs})
+    assert message in str(exc.value)
+
+
+def test_run_resume_and_outputs(tmp_path):
+    pts = study_points(**GRID)
+    n, errors = run_study(tmp_path, pts[:5], planner="tidgap", budget="evals:300",
+                          progress=False)
+    assert (n, errors) == (5, 0)
+    n, errors = run_study(tmp_path, pts, planner="tidgap", budget="evals:300", progress=False)
+    assert (n, errors) == (len(pts) - 5, 0)  # resumed: only the rest ran
+    rows = _rows(tmp_path / "heterogeneity.csv")
+    assert len(rows) == len(pts) and list(rows[0]) == list(COLUMNS)
+    for r in rows:
+        T, lb = float(r["T_best"]), float(r["lower_bound"])
+        assert lb <= T * (1 + 1e-12)  # the bound holds on every row
+        assert float(r["T_gpipe"]) >= T * (1 - 1e-12)  # the best is never worse than EDP
+        assert float(r["gap_to_bound"]) == pytest.approx(T / lb - 1, rel=1e-6)
+        if r["h"] == "0":  # identical stages: nothing to gain over GPipe-EDP
+            assert float(r["speedup_vs_gpipe"]) == pytest.approx(0.0, abs=1e-9)
+    assert run_study(tmp_path, pts, planner="tidgap", budget="evals:300",
+                     progress=False) == (0, 0)
+    paths = write_outputs(tmp_path)
+    for p in paths.values():
+        assert p.exists() and p.stat().st_size > 0
+    summary = pd.read_csv(paths["summary"])
+    # h = 0 is shared by both families; 2 seeds per point
+    assert set(summary["family"]) == {"knee", "mix"}
+    assert (summary["n"] == 2).all() and len(summary) == 2 * 2 * 2
+
+
+def test_summary_quantiles_by_construction():
+    rows = pd.DataFrame([{**dict.fromkeys(COLUMNS, ""), "family": "knee", "S": 2, "B": 4,
+                          "mode": "stash", "h": "1", "speedup_vs_gpipe": v,
+                          "speedup_vs_1f1b": -v, "gap_to_bound": 1.0, "error": ""}
+                         for v in [0.0, 0.1, 0.2, 0.3, 0.4]])
+    s = summarize(rows).iloc[0]
+    assert s["speedup_vs_gpipe_median"] == pytest.approx(0.2)
+    assert s["speedup_vs_gpipe_p10"] == pytest.approx(0.04)
+    assert s["speedup_vs_1f1b_p90"] == pytest.approx(-0.04)
+    assert s["n"] == 5
+
+
+def test_cli_list_and_bad_input(capsys, tmp_path):
+    assert main(["study", "--list"]) == 0
+    # defaults: 2 S x 2 B x 20 seeds x 2 modes x (1 + 8 families x 2 h > 0)
+    assert capsys.readouterr().out.strip() == f"{2 * 2 * 20 * 2 * (1 + 8 * 2)} points"
+    assert main(["study", "--out", str(tmp_path), "--modes", "keep"]) == 2
+    assert "--modes: unknown mode 'keep'" in capsys.readouterr().err
+    assert main(["study", "--out", str(tmp_path), "--report-only"]) == 2
+    assert "run 'umpipe-bench study' first" in capsys.readouterr().err
