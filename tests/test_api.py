@@ -96,3 +96,11 @@ def test_readme_example_runs_as_written():
                  out.getvalue())
     assert m, out.getvalue()
     assert int(m.group(2)) <= 500 and float(m.group(3)) >= 0
+
+
+def test_lower_bound_is_below_every_value_and_the_best_known():
+    obj = PipelineObjective("sim-s4-b16-s0", "recompute")
+    rng = np.random.default_rng(1)
+    X = rng.integers(0, 2, size=(50, obj.space.dimension))
+    assert obj.lower_bound <= obj.evaluate(X).min()
+    assert obj.lower_bound <= obj.best_known

@@ -17,8 +17,8 @@ into a black-box function in the manner of COCO's and pymoo's problems:
   holds by construction, and a history of the best so far (evaluations, wall time, best) is
   kept for the anytime statistics (:mod:`umpipe_bench.bench.anytime`).
 * :attr:`best_known` is the value in ``problems/best_known.json``
-  (:mod:`umpipe_bench.bench.best_known`); :attr:`lower_bound` is the problem's lower bound
-  where the installed version provides one (``umpipe_bench.bound``), else None.
+  (:mod:`umpipe_bench.bench.best_known`); :attr:`lower_bound` is the proven lower bound on T
+  of any plan (docs/SIMNETS.md, :mod:`umpipe_bench.bound`).
 """
 
 from __future__ import annotations
@@ -215,14 +215,11 @@ class PipelineObjective:
             return None
 
     @property
-    def lower_bound(self) -> float | None:
-        """The problem's lower bound on T (issue 12's ``umpipe_bench.bound``), if installed."""
-        try:
-            from . import bound  # type: ignore[attr-defined]
-        except ImportError:
-            return None
-        fn = getattr(bound, "lower_bound", None)
-        return None if fn is None else float(fn(self.problem, self.mode))
+    def lower_bound(self) -> float:
+        """The proven lower bound on T of any plan (docs/SIMNETS.md, ``umpipe_bench.bound``)."""
+        from .bound import lower_bound
+
+        return float(lower_bound(self.problem, self.mode))
 
     def gap(self, value: float | None = None) -> float | None:
         """``T / best known − 1`` of ``value`` (default: the best so far)."""

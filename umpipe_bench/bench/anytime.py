@@ -292,6 +292,28 @@ def _md(df: pd.DataFrame) -> str:
     return "_none_\n" if df.empty else df.to_markdown(index=False) + "\n"
 
 
+def _lower_bounds(runs: Sequence[Run]) -> dict[tuple[str, str], float]:
+    """Per (problem, mode): the proven lower bound on T (docs/SIMNETS.md), where the problem
+    is registered; {} where the installed version has no bound module."""
+    try:
+        from ..bound import lower_bound
+    except ImportError:
+        return {}
+    from ..registry import get_problem
+
+    out = {}
+    for key in dict.fromkeys((r.problem, r.mode) for r in runs):
+        try:
+            out[key] = float(lower_bound(get_problem(key[0]), key[1]))
+        except Exception:  # a problem that is no longer registered: no bound for it
+            continue
+    return out
+
+
+def _mean_pct(values: Sequence[float]) -> str:
+    return f"{float(np.mean(values)):+.2%}" if len(values) else ""
+
+
 def _family_values(runs: Sequence[Run]) -> dict[tuple[str, str], float]:
     """Per (problem, mode): the best known value of the smallest family holding every run's
     final plan (``gpipe`` when all run under GPipe, else ``capped``); {} without the file."""
@@ -337,6 +359,11 @@ def anytime_section(df: pd.DataFrame, lb_dir: str | Path, out: str | Path | None
                                     for m, lo, hi in zip(ranks["mean"], ranks["lo"],
                                                          ranks["hi"])]
     ranks["average rank"] = ranks["average rank"].map(lambda v: f"{v:.2f}")
+    bounds = _lower_bounds(runs)
+    ranks["final gap to lower bound"] = [
+        _mean_pct([r.final / bounds[(r.problem, r.mode)] - 1.0 for r in runs
+                   if r.planner == p and bounds.get((r.problem, r.mode))])
+        for p in ranks["planner"]]
     lines = [
         "## Anytime statistics (COCO style)",
         "",
@@ -356,9 +383,14 @@ def anytime_section(df: pd.DataFrame, lb_dir: str | Path, out: str | Path | None
         "### Fixed budget: mean gap after b evaluations [95 % CI] (runs with a value by b)",
         "",
         _md(fb[shown]),
-        "### Average rank of the final plan (per problem, mode, cap and seed) and final gap",
+        "### Average rank of the final plan (per problem, mode, cap and seed) and final gaps",
         "",
-        _md(ranks[["planner", "average rank", "groups", "final gap (95 % CI)"]]),
+        "The lower bound is docs/SIMNETS.md's proven bound on T for any plan "
+        "(`umpipe_bench.bound`); a gap to it is an upper limit on what any planner could "
+        "still gain.",
+        "",
+        _md(ranks[["planner", "average rank", "groups", "final gap (95 % CI)",
+                   "final gap to lower bound"]]),
     ]
     images: list[tuple[str, Path]] = []
     if out is not None:
