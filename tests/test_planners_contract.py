@@ -22,7 +22,11 @@ PROBLEMS = {
     "sim-s4-b16-s0": lambda: synthetic_problem(4, 16, 0),
 }
 BUDGET = "evals:600"  # a GA runs 3 generations on these problems
-BUDGET_OVERRIDES = {"optuna-tpe": "evals:40"}  # TPE costs ~0.1 s per trial
+# TPE costs ~0.1 s per trial; Optuna's CMA-ES sampler ~0.2-0.5 s (it restores its state each
+# trial); its GA sampler ~0.02 s; nevergrad ~10 ms per candidate
+BUDGET_OVERRIDES = {"optuna-tpe": "evals:40", "optuna-cmaes": "evals:40", "cmaes": "evals:200",
+                    "optuna-ga": "evals:100", "nevergrad-ngopt": "evals:200",
+                    "nevergrad-discrete11": "evals:200"}
 
 _cache: dict[tuple[str, str, str, int], PlanResult] = {}
 

@@ -6,6 +6,8 @@ Reads a leaderboard CSV (:mod:`.leaderboard`) and writes, into one folder:
   1F1B-EDP plans, with the paper's headline figures beside ours (docs/PAPER.md); every
   planner's
   mean speedup; search cost; predicted vs measured time where plans were executed; errors;
+* the anytime statistics (:mod:`.anytime`): targets reached, fixed-budget gaps to the best
+  known value with bootstrap 95 % intervals, average ranks, and ``ecdf.png``;
 * ``speedup.png``, ``convergence.png``, ``gantt-<problem>.png`` (:mod:`.plots`).
 
 Speedups are ``T_baseline / T - 1`` (training speed, as the paper reports it: +13.89 % means
@@ -229,6 +231,12 @@ def write_report(
         "",
         _md(measured_table(df)),
     ]
+    from .anytime import anytime_section
+
+    any_lines, any_images = anytime_section(df, csv_path.parent, out if plots else None)
+    lines += any_lines
+    images += any_images
+    written += [p for _, p in any_images]
     if n_err:
         e = df[df["error"] != ""][["problem", "planner", "mode", "memory_cap", "seed", "error"]]
         lines += ["## Errors", "", _md(e)]

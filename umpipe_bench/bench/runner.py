@@ -273,12 +273,19 @@ def _kill_workers(ex: ProcessPoolExecutor) -> None:
                 continue
 
 
-def _results(cells: Sequence[Cell], out: Path, jobs: int) -> Iterable[tuple[Cell, dict]]:
-    """(cell, result) in completion order; in this process when ``jobs == 1``.
+def _results(cells: Sequence[Cell], out: Path, jobs: int, executor: str = "process",
+             scheduler: str | None = None) -> Iterable[tuple[Cell, dict]]:
+    """(cell, result) in completion order; in this process when ``jobs == 1``; on dask
+    workers with ``executor="dask"`` (:mod:`.executors`).
 
     With ``jobs > 1``, leaving early (an interrupt, SIGTERM, an error) kills the workers and
     their cells at once; the finished cells are already in the leaderboard.
     """
+    if executor == "dask":
+        from .executors import dask_results
+
+        yield from dask_results(cells, out, jobs, scheduler, run_cell)
+        return
     if jobs <= 1:
         for c in cells:
             yield c, run_cell(c, out)
@@ -312,8 +319,13 @@ def run_matrix(
     retry_errors: bool = False,
     progress: bool | None = None,
     log: Callable[[str], None] | None = None,
+    executor: str = "process",
+    scheduler: str | None = None,
 ) -> RunSummary:
     """Run every cell of ``config`` not already in ``out_dir/leaderboard.csv``.
+
+    ``executor="dask"`` runs the cells on a dask cluster (``scheduler`` address; None: a local
+    cluster of ``jobs`` workers) while this process writes every row (:mod:`.executors`).
 
     ``progress=None`` shows a tqdm bar only on a terminal. Error rows count as done unless
     ``retry_errors``. Returns what was done; the leaderboard is complete after every cell.
@@ -322,6 +334,13 @@ def run_matrix(
 
     t0 = time.perf_counter()
     out = Path(out_dir)
+    from .executors import EXECUTORS
+
+    if executor not in EXECUTORS:
+        raise UserInputError(f"--executor must be one of {', '.join(EXECUTORS)}, got "
+                             f"{executor!r}")
+    if scheduler is not None and executor != "dask":
+        raise UserInputError("--scheduler needs --executor dask")
     config.check_planners()
     cells = select_cells(config.cells(), limit=limit, shard=shard)
     board = Leaderboard(out / "leaderboard.csv")
@@ -341,7 +360,7 @@ def run_matrix(
                desc=f"bench {config.name}", disable=(None if progress is None else not progress),
                dynamic_ncols=True)
     try:
-        for cell, result in _results(pending, out, jobs):
+        for cell, result in _results(pending, out, jobs, executor, scheduler):
             row = _assemble(cell, result, problems, baselines, measured)
             board.add(row)
             if row.get("error"):

@@ -5,9 +5,11 @@ installed, or an SQLite file whose folder does not exist is a :class:`StorageErr
 exit code 2; docs/ARCHITECTURE.md, "Errors") instead of a traceback from deep inside
 SQLAlchemy, and nothing is created on the way (no folder, no half-made study).
 
-Several ``tune`` processes may open one new SQLite file at once: :func:`storage_lock` holds
-an ``flock`` on ``<file>.lock`` while Optuna creates its tables and the study, so they never
-race on ``CREATE TABLE`` (a server database serializes that itself).
+Several ``tune`` processes may open one new database at once: :func:`storage_lock` holds an
+``flock`` on ``<file>.lock`` (SQLite) or a session advisory lock (PostgreSQL,
+``pg_advisory_lock``) while Optuna creates its tables and the study, so they never race on
+``CREATE TABLE`` / ``CREATE TYPE``: PostgreSQL does not serialize those itself (two workers on
+a fresh database failed with a unique violation on ``pg_type``; tests/test_tune_workers.py).
 """
 
 from __future__ import annotations
@@ -64,9 +66,37 @@ def check_storage(url: str) -> None:
                            "or choose another file")
 
 
+#: The PostgreSQL advisory lock key :func:`storage_lock` takes (any fixed 64-bit number).
+PG_LOCK_KEY = 0x756D70697065  # "umpipe"
+
+
+@contextmanager
+def _pg_lock(url: str) -> Iterator[None]:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": PG_LOCK_KEY})
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": PG_LOCK_KEY})
+    finally:
+        engine.dispose()
+
+
 @contextmanager
 def storage_lock(url: str) -> Iterator[None]:
-    """Serialize opening an SQLite storage among processes; no-op for other databases."""
+    """Serialize opening a storage among processes (SQLite: a file lock; PostgreSQL: an
+    advisory lock); a no-op for other databases."""
+    from sqlalchemy.engine import make_url
+
+    if make_url(url).get_backend_name() == "postgresql":
+        with _pg_lock(url):
+            yield
+        return
     path = sqlite_path(url)
     if path is None:
         yield

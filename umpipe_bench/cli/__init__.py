@@ -20,7 +20,7 @@ __all__ = ["main"]
 # Sub-command modules, in the order --help lists them.
 SUBCOMMANDS = (
     "problems", "simulate", "profile", "plan", "execute", "bench", "report", "tune",
-    "study",
+    "study", "best_known",
 )
 
 

@@ -40,6 +40,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only cells I, I+N, I+2N, ... (split one matrix over N machines)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="cells run in N processes at once (wall times then share the CPUs)")
+    p.add_argument("--executor", choices=("process", "dask"), default="process",
+                   help="process: this machine (--jobs processes); dask: the workers of a dask "
+                   "cluster (pip install -e '.[dask]'), while this process writes the "
+                   "leaderboard")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="dask scheduler address, e.g. tcp://10.0.0.1:8786 (implies --executor "
+                   "dask); without it --executor dask starts a local cluster of --jobs workers")
     p.add_argument("--retry-errors", action="store_true",
                    help="run again the cells whose row has an error")
     p.add_argument("--list", action="store_true", help="print the cells and exit")
@@ -66,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "--out")
     summary = run_matrix(config, args.out, limit=args.limit, shard=args.shard, jobs=args.jobs,
                          retry_errors=args.retry_errors,
-                         progress=False if args.no_progress else None)
+                         progress=False if args.no_progress else None,
+                         executor="dask" if args.scheduler else args.executor,
+                         scheduler=args.scheduler)
     print(summary)
     if summary.failed:
         print(f"umpipe-bench bench: {summary.failed} of {summary.total} cells failed (their "

@@ -1,0 +1,107 @@
+"""problems/best_known.json: only plans that re-simulate to their value are recorded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from umpipe_bench.bench import best_known as bk
+from umpipe_bench.bench.config import parse_config
+from umpipe_bench.bench.runner import run_matrix
+from umpipe_bench.cli import main
+from umpipe_bench.plan import Plan
+from umpipe_bench.registry import get_problem, problem_names
+from umpipe_bench.simulator import simulate
+
+PROBLEM = "sim-s3-b6-s0"
+
+
+def _candidate(tmp_path, M, claimed=None, mode="stash", name="p", digest=None):
+    problem = get_problem(PROBLEM)
+    plan = Plan.edp(problem.S, problem.B, M, mode=mode)
+    path = tmp_path / f"{name}.json"
+    plan.save(path)
+    T = simulate(problem, plan, "gpipe").iteration_time
+    return bk.Candidate(PROBLEM, mode, path, T if claimed is None else claimed, "edp",
+                        "2026-11-30", digest), T
+
+
+def test_a_reproduced_plan_is_recorded_in_both_families_and_checks(tmp_path):
+    f = tmp_path / "bk" / "best_known.json"
+    f.parent.mkdir()
+    c, T = _candidate(tmp_path, 2)
+    rep = bk.update([c], f)
+    assert not rep.refused and {e.family for e in rep.accepted} == {"gpipe", "capped"}
+    book = bk.BestKnown(f)
+    assert book.value(PROBLEM, "stash", "gpipe") == T == book.value(PROBLEM, "stash")
+    assert (f.parent / book.entries[(PROBLEM, "stash", "gpipe")].plan_file).exists()
+    assert bk.check(f) == []
+
+
+def test_a_value_that_does_not_reproduce_is_refused_and_nothing_written(tmp_path):
+    f = tmp_path / "best_known.json"
+    c, T = _candidate(tmp_path, 2, claimed=None)
+    lie = bk.Candidate(c.problem, c.mode, c.plan_path, T * 0.99, "liar", c.date)
+    rep = bk.update([lie], f)
+    assert rep.accepted == [] and "re-simulates to" in rep.refused[0]
+    assert not f.exists()
+    other = bk.Candidate(c.problem, c.mode, c.plan_path, T, "x", c.date, "0" * 16)
+    assert "another version of the problem" in bk.update([other], f).refused[0]
+
+
+def test_only_a_better_plan_replaces_an_entry(tmp_path):
+    f = tmp_path / "best_known.json"
+    cands = {M: _candidate(tmp_path, M, name=f"m{M}") for M in (1, 2, 3, 6)}
+    best_M = min(cands, key=lambda M: cands[M][1])
+    worst_M = max(cands, key=lambda M: cands[M][1])
+    bk.update([cands[worst_M][0]], f)
+    rep = bk.update([cands[M][0] for M in cands], f)
+    assert bk.BestKnown(f).value(PROBLEM, "stash", "gpipe") == cands[best_M][1]
+    assert rep.kept >= 2  # the worst one, at least, was not better than what was in place
+
+
+def test_check_names_an_entry_whose_value_was_edited(tmp_path):
+    f = tmp_path / "best_known.json"
+    c, T = _candidate(tmp_path, 3)
+    bk.update([c], f)
+    data = json.loads(f.read_text())
+    data["entries"][0]["value"] = T / 2
+    f.write_text(json.dumps(data))
+    bad = bk.check(f)
+    assert len(bad) == 1 and "re-simulates to" in bad[0]
+    assert main(["best-known", "check", "--file", str(f)]) == 1
+
+
+def test_a_file_that_is_not_a_best_known_file_is_one_line(tmp_path, capsys):
+    f = tmp_path / "best_known.json"
+    f.write_text('{"schema": "other"}')
+    assert main(["best-known", "show", "--file", str(f)]) == 2
+    assert "not a best-known file" in capsys.readouterr().err
+
+
+def test_update_from_a_bench_leaderboard_then_show(tmp_path, capsys):
+    cfg = parse_config({"bench": {"name": "t", "problems": [PROBLEM], "seeds": [0],
+                                  "modes": ["stash", "recompute"], "budgets": ["evals:300"]},
+                        "planners": [{"name": "gpipe"}, {"name": "random-search"}]}, "t.toml")
+    run_matrix(cfg, tmp_path / "r", progress=False)
+    f = tmp_path / "best_known.json"
+    assert main(["best-known", "update", "--from", str(tmp_path / "r" / "leaderboard.csv"),
+                 "--file", str(f)]) == 0
+    book = bk.BestKnown(f)
+    assert {(p, m) for p, m, _ in book.entries} == {(PROBLEM, "stash"), (PROBLEM, "recompute")}
+    assert bk.check(f) == []
+    assert main(["best-known", "show", "--file", str(f)]) == 0
+    assert "4 entries" in capsys.readouterr().out
+
+
+def test_the_committed_file_covers_every_registered_problem_and_reproduces():
+    path = bk.default_path()
+    if not path.exists():
+        pytest.fail(f"{path} is missing; build it with 'umpipe-bench best-known update'")
+    book = bk.BestKnown(path)
+    assert bk.missing(path, problem_names()) == []
+    assert bk.check(path) == []
+    for (p, m, f), e in book.entries.items():
+        if f == "capped":
+            assert e.value <= book.value(p, m, "gpipe")

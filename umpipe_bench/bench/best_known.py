@@ -1,0 +1,259 @@
+"""Best known values: the best iteration time anyone has found, per problem, mode and family.
+
+``problems/best_known.json`` holds one entry per (registered problem, memory mode, schedule
+family) with the value (seconds, docs/MODEL.md §4), the plan file that achieves it (kept
+beside it in ``problems/best_known/``), the planner that found it, the date and the problem's
+digest. Regret and COCO-style targets (:mod:`.anytime`) are measured against it, as pymoo's
+problems know their optimum.
+
+Schedule families (docs/SCHEDULES.md §1): ``gpipe`` accepts plans run under the GPipe
+schedule only (cut bits, no caps); ``capped`` is the whole family from GPipe to 1F1B (plans
+under ``gpipe``, ``capped`` and torch's ``1f1b``), so its value is never above ``gpipe``'s.
+Values are for the problem as registered, without a ``--memory-cap`` (a problem's own device
+capacity, where it has one, is respected).
+
+Only :func:`update` writes the file, and only after it has re-simulated the candidate plan
+(:func:`umpipe_bench.simulator.simulate`) and reproduced the value it claims to within
+``rel 1e-9`` on the current version of the problem (same digest); anything else is refused
+with the reason. :func:`check` re-simulates every entry.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from ..errors import UmpipeError
+from ..problem import Problem, atomic_write_text
+
+__all__ = ["FAMILIES", "SCHEMA", "BestKnown", "BestKnownError", "Candidate", "Entry",
+           "candidates_from_leaderboard", "check", "default_path", "update"]
+
+SCHEMA = "umpipe-best-known/1"
+
+#: Family -> the schedules whose plans belong to it (docs/SCHEDULES.md §1).
+FAMILIES: dict[str, tuple[str, ...]] = {"gpipe": ("gpipe",),
+                                        "capped": ("gpipe", "1f1b", "capped")}
+
+#: How closely a re-simulation must reproduce a claimed value.
+REL_TOL = 1e-9
+
+
+class BestKnownError(UmpipeError):
+    """A best-known file that cannot be read, or an entry that does not reproduce."""
+
+
+def default_path() -> Path:
+    """``problems/best_known.json`` of the installed ``problems`` package."""
+    spec = find_spec("problems")
+    if spec is None or spec.origin is None:
+        raise BestKnownError("the 'problems' package is not installed; pass --file")
+    return Path(spec.origin).parent / "best_known.json"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One best known value; ``plan_file`` is relative to the JSON file's folder."""
+
+    problem: str
+    mode: str
+    family: str
+    value: float
+    plan_file: str
+    planner: str
+    schedule: str
+    date: str
+    problem_digest: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.problem, self.mode, self.family)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A plan offered for the file: it must reproduce ``claimed`` on ``problem``."""
+
+    problem: str
+    mode: str
+    plan_path: Path
+    claimed: float
+    planner: str
+    date: str
+    problem_digest: str | None = None  # of the problem the plan was found on
+
+
+class BestKnown:
+    """The entries of one best-known file (missing file: no entries)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self.entries: dict[tuple[str, str, str], Entry] = {}
+        if self.path.exists():
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+                if data.get("schema") != SCHEMA:
+                    raise ValueError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+                for e in data["entries"]:
+                    entry = Entry(**e)
+                    self.entries[entry.key] = entry
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BestKnownError(f"{str(self.path)!r}: not a best-known file ({exc})"
+                                     ) from None
+
+    def value(self, problem: str, mode: str, family: str = "capped") -> float | None:
+        e = self.entries.get((problem, mode, family))
+        return None if e is None else e.value
+
+    def values(self, family: str = "capped") -> dict[tuple[str, str], float]:
+        """``{(problem, mode): value}`` of one family (what :mod:`.anytime` takes)."""
+        return {(p, m): e.value for (p, m, f), e in self.entries.items() if f == family}
+
+    def save(self) -> None:
+        entries = [asdict(self.entries[k]) for k in sorted(self.entries)]
+        atomic_write_text(self.path, json.dumps({"schema": SCHEMA, "entries": entries},
+                                                indent=1) + "\n")
+
+
+def _simulate(problem: Problem, plan_path: Path) -> tuple[float, str]:
+    """``(T, schedule)`` of a plan file re-simulated on ``problem``, or BestKnownError."""
+    from ..memory import MemoryCapError, check_fits
+    from ..plan import Plan
+    from ..simulator import simulate
+
+    plan = Plan.load(plan_path)
+    schedule = str(plan.meta.get("schedule", "gpipe" if plan.caps is None else "capped"))
+    plan.validate(problem)
+    tl = simulate(problem, plan, schedule)
+    try:
+        check_fits(tl.peak_memory or [], tl.capacity, f"plan {str(plan_path)!r}")
+    except MemoryCapError as exc:
+        raise BestKnownError(str(exc)) from None
+    return float(tl.iteration_time), schedule
+
+
+def _digest(problem: Problem) -> str:
+    from .baselines import problem_digest
+
+    return problem_digest(problem)
+
+
+@dataclass
+class UpdateReport:
+    """What :func:`update` did with each candidate."""
+
+    accepted: list[Entry]
+    refused: list[str]  # one line each: candidate and reason
+    kept: int  # reproduced, but not better than the entry in place
+
+
+def update(candidates: Iterable[Candidate], path: str | os.PathLike[str] | None = None,
+           load_problem: Any = None) -> UpdateReport:
+    """Re-simulate every candidate; record those that reproduce and beat (or start) an entry.
+
+    The new plan files are written beside the JSON file, then the JSON file (atomically).
+    """
+    from ..plan import Plan
+
+    if load_problem is None:
+        from ..registry import get_problem as load_problem
+    book = BestKnown(path)
+    folder = book.path.parent
+    rep = UpdateReport([], [], 0)
+    problems: dict[str, Problem] = {}
+    for c in candidates:
+        what = f"{c.problem} {c.mode} {c.plan_path}"
+        try:
+            if c.problem not in problems:
+                problems[c.problem] = load_problem(c.problem)
+            problem = problems[c.problem]
+            digest = _digest(problem)
+            if c.problem_digest and c.problem_digest != digest:
+                raise BestKnownError(f"found on another version of the problem (digest "
+                                     f"{c.problem_digest}, now {digest})")
+            T, schedule = _simulate(problem, c.plan_path)
+            if not math.isclose(T, c.claimed, rel_tol=REL_TOL):
+                raise BestKnownError(f"claims T = {c.claimed!r} s but re-simulates to {T!r} s")
+            plan = Plan.load(c.plan_path)
+            if plan.mode != c.mode:
+                raise BestKnownError(f"plan mode is {plan.mode!r}, not {c.mode!r}")
+        except Exception as exc:  # a candidate is refused with its reason, never recorded
+            rep.refused.append(f"{what}: {exc}")
+            continue
+        for family, schedules in FAMILIES.items():
+            if schedule not in schedules:
+                continue
+            old = book.entries.get((c.problem, c.mode, family))
+            if old is not None and old.problem_digest == digest and old.value <= T:
+                rep.kept += 1
+                continue
+            rel = f"best_known/{c.problem}__{c.mode}__{family}.json"
+            plan.save(folder / rel)
+            entry = Entry(c.problem, c.mode, family, T, rel, c.planner, schedule, c.date,
+                          digest)
+            book.entries[entry.key] = entry
+            rep.accepted.append(entry)
+    if rep.accepted:
+        book.save()
+    return rep
+
+
+def candidates_from_leaderboard(csv_path: str | os.PathLike[str]) -> list[Candidate]:
+    """Every error-free, uncapped row of a leaderboard with a plan file, as a candidate."""
+    from .leaderboard import read_rows
+
+    csv_path = Path(csv_path)
+    out = []
+    for r in read_rows(csv_path):
+        if r.get("error") or not r.get("T_pred") or not r.get("plan_file"):
+            continue
+        if r.get("memory_cap", "none") not in ("", "none"):
+            continue
+        out.append(Candidate(r["problem"], r["mode"], csv_path.parent / r["plan_file"],
+                             float(r["T_pred"]), r["planner"], r.get("timestamp", "")[:10],
+                             r.get("problem_digest") or None))
+    return out
+
+
+def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None
+          ) -> list[str]:
+    """Re-simulate every entry; one line per entry that does not reproduce (empty: all do)."""
+    if load_problem is None:
+        from ..registry import get_problem as load_problem
+    book = BestKnown(path)
+    bad = []
+    for e in book.entries.values():
+        try:
+            problem = load_problem(e.problem)
+            if _digest(problem) != e.problem_digest:
+                raise BestKnownError("the problem changed since (digest "
+                                     f"{e.problem_digest}, now {_digest(problem)})")
+            T, _ = _simulate(problem, book.path.parent / e.plan_file)
+            if not math.isclose(T, e.value, rel_tol=REL_TOL):
+                raise BestKnownError(f"re-simulates to {T!r} s, not {e.value!r} s")
+        except Exception as exc:
+            bad.append(f"{e.problem} {e.mode} {e.family}: {exc}")
+    return bad
+
+
+def missing(path: str | os.PathLike[str] | None = None,
+            names: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
+    """The (problem, mode, family) keys of registered problems without an entry."""
+    from ..plan import MODES
+    from ..registry import problem_names
+
+    book = BestKnown(path)
+    return [(p, m, f) for p in (names if names is not None else problem_names())
+            for m in MODES for f in FAMILIES if (p, m, f) not in book.entries]
+
+
+def as_mapping(path: str | os.PathLike[str] | None = None, family: str = "capped"
+               ) -> Mapping[tuple[str, str], float]:
+    """``{(problem, mode): value}``; empty when the file does not exist."""
+    return BestKnown(path).values(family)

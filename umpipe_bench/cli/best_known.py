@@ -1,0 +1,59 @@
+"""``umpipe-bench best-known``: show, check and update problems/best_known.json."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "best-known",
+        help="show, check or update the best known value of every problem, mode and family",
+        description="The best known iteration time per (problem, mode, schedule family), in "
+        "problems/best_known.json with the plan that achieves it. 'update' re-simulates every "
+        "plan of a leaderboard and records those that reproduce their value and beat the "
+        "entry in place; it refuses (and lists) any it cannot reproduce. 'check' re-simulates "
+        "every entry (exit 1 if one does not reproduce).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("action", choices=("show", "check", "update"))
+    p.add_argument("--from", dest="source", default="results/leaderboard.csv", metavar="CSV",
+                   help="update: the leaderboard whose plans are candidates")
+    p.add_argument("--file", default=None, metavar="JSON",
+                   help="the best-known file (default: problems/best_known.json)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..bench import best_known as bk
+    from ..errors import UserInputError
+
+    if args.action == "show":
+        book = bk.BestKnown(args.file)
+        for e in sorted(book.entries.values(), key=lambda e: e.key):
+            print(f"{e.problem:<18} {e.mode:<9} {e.family:<7} {e.value * 1e3:12.4f} ms  "
+                  f"{e.planner:<14} {e.date}")
+        gaps = bk.missing(args.file)
+        print(f"{len(book.entries)} entries; {len(gaps)} (problem, mode, family) without one")
+        return 0
+    if args.action == "check":
+        bad = bk.check(args.file)
+        for line in bad:
+            print(f"does not reproduce: {line}", file=sys.stderr)
+        print(f"{len(bk.BestKnown(args.file).entries) - len(bad)} entries reproduce, "
+              f"{len(bad)} do not")
+        return 1 if bad else 0
+    if not Path(args.source).is_file():
+        raise UserInputError(f"--from {args.source!r}: no such leaderboard file")
+    rep = bk.update(bk.candidates_from_leaderboard(args.source), args.file)
+    for e in rep.accepted:
+        print(f"recorded {e.problem} {e.mode} {e.family}: {e.value * 1e3:.4f} ms "
+              f"({e.planner}, {e.schedule})")
+    for line in rep.refused:
+        print(f"refused {line}", file=sys.stderr)
+    print(f"{len(rep.accepted)} recorded, {rep.kept} not better than the entry in place, "
+          f"{len(rep.refused)} refused")
+    return 1 if rep.refused else 0
