@@ -87,8 +87,8 @@ def search_space(planner: str) -> dict[str, tuple[str, float, float, bool]]:
     space = {k: v for k, v in SEARCH_SPACE.items() if k in defaults}
     if not space:
         raise TuneError(
-            f"planner {planner!r} has none of the tunable settings {', '.join(SEARCH_SPACE)}"
-        )
+            f"planner {planner!r} has none of the tunable settings {', '.join(SEARCH_SPACE)}: "
+            "nothing to tune (tune a GA planner: tidgap or dgap)")
     return space
 
 
