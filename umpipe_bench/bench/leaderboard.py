@@ -14,7 +14,6 @@ is refused, never overwritten.
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import math
 import os
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UmpipeError
+from ..filelock import sidecar_lock
 from ..problem import atomic_write_text
 
 __all__ = [
@@ -166,16 +166,10 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict[str, str]]:
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``<file>.lock`` beside the leaderboard, held for one
-    read-merge-write; writers in other processes wait for it (released when the process
-    dies, so a killed writer never leaves it stuck)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    """The leaderboard's lock: :func:`umpipe_bench.filelock.sidecar_lock` on
+    ``leaderboard.csv.lock``, held for one read-merge-write."""
+    with sidecar_lock(path):
+        yield
 
 
 class Leaderboard:

@@ -14,12 +14,12 @@ a fresh database failed with a unique violation on ``pg_type``; tests/test_tune_
 
 from __future__ import annotations
 
-import fcntl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import UmpipeError
+from ..filelock import sidecar_lock
 
 __all__ = ["StorageError", "check_storage", "sqlite_path", "storage_lock"]
 
@@ -101,9 +101,5 @@ def storage_lock(url: str) -> Iterator[None]:
     if path is None:
         yield
         return
-    with open(path.with_name(path.name + ".lock"), "a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    with sidecar_lock(path):
+        yield
