@@ -4,6 +4,7 @@ judged and saved (README "Tuning on several machines")."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import socket
@@ -35,9 +36,13 @@ def postgres_url(tmp_path):
 
     PostgreSQL refuses to run as root, so under root the server runs as ``nobody``."""
     pytest.importorskip("psycopg", reason="the 'postgres' extra (psycopg) is not installed")
-    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    # PATH first, then Debian's versioned server folder (initdb is not on PATH there)
+    search = os.pathsep.join([os.environ.get("PATH", ""),
+                              *sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)])
+    initdb, pg_ctl = shutil.which("initdb", path=search), shutil.which("pg_ctl", path=search)
     if not initdb or not pg_ctl:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on PATH")
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on PATH or in "
+                    "/usr/lib/postgresql/*/bin")
     home = Path(tempfile.mkdtemp(prefix="umpipe-pg-"))  # pytest's tmp_path is root-only
     data = home / "pgdata"
     user = None
