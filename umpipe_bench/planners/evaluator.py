@@ -58,6 +58,32 @@ def _pool(workers: int) -> Any:
     return _POOLS[workers]
 
 
+def kernel_tables(problem: Problem, mode: str) -> dict[str, np.ndarray]:
+    """The problem's cost tables as the compiled kernels read them: contiguous float64
+    ``fwd``, ``cb`` (bwd or rbwd by ``mode``), ``act``, ``grad`` (``[S-1, B+1]``, empty for a
+    single stage) and ``opt``."""
+    tb = problem.tables()
+    S, B = problem.S, problem.B
+    return {
+        "fwd": np.ascontiguousarray(tb.fwd, dtype=np.float64),
+        "cb": np.ascontiguousarray(tb.backward(mode), dtype=np.float64),
+        "act": np.ascontiguousarray(tb.act, dtype=np.float64).reshape(max(S - 1, 0), B + 1),
+        "grad": np.ascontiguousarray(tb.grad, dtype=np.float64).reshape(max(S - 1, 0), B + 1),
+        "opt": np.ascontiguousarray(tb.opt, dtype=np.float64),
+    }
+
+
+def population_bits(bits: np.ndarray, S: int, B: int, what: str) -> np.ndarray:
+    """Cut bits as a contiguous uint8 ``[N, S, B-1]`` (one plan ``[S, B-1]`` becomes N = 1);
+    a wrong shape is a ValueError naming ``what``."""
+    bits = np.asarray(bits)
+    if bits.ndim == 2:
+        bits = bits[None]
+    if bits.ndim != 3 or bits.shape[1:] != (S, B - 1):
+        raise ValueError(f"{what}: expected shape [N, S={S}, B-1={B - 1}], got {bits.shape}")
+    return np.ascontiguousarray(bits, dtype=np.uint8)
+
+
 class PopulationEvaluator:
     """Iteration times of whole populations of cut-bit plans (docs/MODEL.md §4, gpipe schedule).
 
@@ -82,16 +108,7 @@ class PopulationEvaluator:
         self.problem = problem
         self.mode = mode
         self.S, self.B = problem.S, problem.B
-        tb = problem.tables()
-        S, B = self.S, self.B
-        # Contiguous float64 tables; a single stage gets empty [0, B+1] link tables.
-        self._tables = {
-            "fwd": np.ascontiguousarray(tb.fwd, dtype=np.float64),
-            "cb": np.ascontiguousarray(tb.backward(mode), dtype=np.float64),
-            "act": np.ascontiguousarray(tb.act, dtype=np.float64).reshape(max(S - 1, 0), B + 1),
-            "grad": np.ascontiguousarray(tb.grad, dtype=np.float64).reshape(max(S - 1, 0), B + 1),
-            "opt": np.ascontiguousarray(tb.opt, dtype=np.float64),
-        }
+        self._tables = kernel_tables(problem, mode)
         self._kernels = None
         self._torch = None
         if backend == "auto":
@@ -109,16 +126,7 @@ class PopulationEvaluator:
 
     # ------------------------------------------------------------------ checks
     def _check(self, bits: np.ndarray, what: str) -> np.ndarray:
-        bits = np.asarray(bits)
-        if bits.ndim == 2:
-            bits = bits[None]
-        if bits.ndim != 3 or bits.shape[1:] != (self.S, self.B - 1):
-            raise ValueError(
-                f"{what}: expected shape [N, S={self.S}, B-1={self.B - 1}], got {bits.shape}"
-            )
-        if bits.dtype != np.uint8:
-            bits = bits.astype(np.uint8)
-        return np.ascontiguousarray(bits)
+        return population_bits(bits, self.S, self.B, what)
 
     def _rows(self, n: int, run: Any) -> None:
         """``run(lo, hi)`` over row blocks: one block per thread when there are enough rows

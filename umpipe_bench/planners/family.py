@@ -20,7 +20,7 @@ import numpy as np
 from ..memory import capacities, memory_figures
 from ..plan import Plan
 from ..problem import Problem
-from .evaluator import plan_to_bits
+from .evaluator import kernel_tables, plan_to_bits, population_bits
 
 __all__ = ["FamilyEvaluator"]
 
@@ -40,18 +40,12 @@ class FamilyEvaluator:
 
     def __init__(self, problem: Problem, mode: str, memory_cap: float | None = None) -> None:
         self.problem, self.mode = problem, mode
-        self.S, self.B = S, B = problem.S, problem.B
-        tb = problem.tables()
-        self._t = (
-            np.ascontiguousarray(tb.fwd, dtype=np.float64),
-            np.ascontiguousarray(tb.backward(mode), dtype=np.float64),
-            np.ascontiguousarray(tb.act, dtype=np.float64).reshape(max(S - 1, 0), B + 1),
-            np.ascontiguousarray(tb.grad, dtype=np.float64).reshape(max(S - 1, 0), B + 1),
-            np.ascontiguousarray(tb.opt, dtype=np.float64),
-        )
+        self.S, self.B = problem.S, problem.B
+        t = kernel_tables(problem, mode)
+        self._t = (t["fwd"], t["cb"], t["act"], t["grad"], t["opt"])
         figs = memory_figures(problem, mode)
         self.has_memory = figs is not None
-        zeros = (0.0,) * S
+        zeros = (0.0,) * self.S
         self._m = tuple(np.array(x, dtype=np.float64) for x in (
             (figs.static, figs.per_inflight, figs.per_op) if figs else (zeros, zeros, zeros)))
         caps = capacities(problem, memory_cap)
@@ -61,13 +55,7 @@ class FamilyEvaluator:
         self.evaluations = 0
 
     def _bits(self, bits: np.ndarray, what: str) -> np.ndarray:
-        bits = np.asarray(bits)
-        if bits.ndim == 2:
-            bits = bits[None]
-        if bits.ndim != 3 or bits.shape[1:] != (self.S, self.B - 1):
-            raise ValueError(
-                f"{what}: expected shape [N, S={self.S}, B-1={self.B - 1}], got {bits.shape}")
-        return np.ascontiguousarray(bits, dtype=np.uint8)
+        return population_bits(bits, self.S, self.B, what)
 
     def evaluate(self, fbits: np.ndarray, bbits: np.ndarray | None, caps: np.ndarray,
                  unit: str = "samples") -> tuple[np.ndarray, np.ndarray]:
