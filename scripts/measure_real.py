@@ -115,6 +115,26 @@ def planned(problem: Problem, names: list[str], budget: str, seed: int) -> tuple
     return plan, t, f"local search (no planner among {names} registered; 2 x 3000 evals)"
 
 
+def equal_plans(problem: Problem, counts: list[int], best: dict[str, Plan],
+                have: set[str]) -> list[tuple[str, Plan, str]]:
+    """``(label, EDP(M) plan, schedule)`` for every ``M`` in ``counts`` under each schedule of
+    ``best`` (in the memory mode of that schedule's best EDP plan), skipping labels already in
+    ``have`` (the best EDP plans themselves run under their own labels)."""
+    out: list[tuple[str, Plan, str]] = []
+    seen = set(have)
+    for m in counts:
+        if not 1 <= m <= problem.B:
+            raise SystemExit(f"[{problem.name}] --equal: M = {m} is not in 1..B = {problem.B}")
+        for sched, base in best.items():
+            e = Plan.edp(problem.S, problem.B, m, base.mode)
+            kind = f"{sched}-edp{m}-{e.mode}"
+            if kind in seen or f"equal-{kind}" in seen:
+                continue
+            seen.add(f"equal-{kind}")
+            out.append((f"equal-{kind}", e, sched))
+    return out
+
+
 def best_capped(problem: Problem, plans: list[Plan]) -> tuple[Plan, float]:
     """The fastest in-flight-capped variant (docs/SCHEDULES.md) of ``plans``: every cap vector
     ``K`` in ``1..B`` per stage for S <= 2 (else each stage's cap alike), simulated."""
@@ -224,6 +244,11 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
         sched, _, m = spec.partition(":")
         c = Plan.edp(problem.S, problem.B, int(m), "stash")
         specs.append(save_plan(c, pdir / f"contrast-{stem(sched, c)}.json", sched))
+    # every equal plan the user could run instead (--equal): the planned plan has to beat the
+    # best of them as measured, not only the one the model ranks best
+    for label, e, sched in equal_plans(problem, args.equal, {"gpipe": g_plan, "1f1b": o_plan},
+                                       {s.stem for s in specs}):
+        specs.append(save_plan(e, pdir / f"{label}.json", sched))
     loaded = [Plan.load(s) for s in specs]
     per_round = 1.6 * sum(  # 1.6: room for the torch.pipelining entries
         predict(problem, p, str(p.meta["schedule"])) for p in loaded
@@ -253,8 +278,11 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
     data["loadavg"] = {"before": load_before, "after": load_after, "cpus": os.cpu_count()}
     labels = [s.stem for s in specs]
-    data["intervals"] = intervals(result, [(b, o) for b in labels[:2] for o in labels[2:]
+    equal = [lb for lb in labels if lb.startswith(("gpipe-", "1f1b-", "equal-"))]
+    data["intervals"] = intervals(result, [(b, o) for b in equal for o in labels
                                            if o.startswith(("planned", "capped"))])
+    med = {e["label"]: statistics.median(e["times"]) for e in result["entries"]}
+    data["best_equal_measured"] = min(equal, key=lambda lb: med[lb])
     data["command"] = " ".join(["scripts/measure_real.sh", *sys.argv[1:]])
     data["plans"] = {str(s.name): p.to_dict() for s, p in zip(specs, loaded, strict=True)}
     (out / f"{problem.name}.json").write_text(json.dumps(data, indent=1) + "\n")
@@ -331,6 +359,12 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
                     f"- {base['plan']} vs {c['plan']} (contrast): measured speedup {sp:.3f}, "
                     f"predicted {pred:.3f} (measured/predicted {sp / pred:.2f})."
                 )
+        best_eq = data.get("best_equal_measured")
+        if best_eq:
+            lines.append(
+                f"- best equal plan as measured (lowest median of the {len(equal_rows(rows))} "
+                f"equal plans run): {best_eq}."
+            )
         for pair, iv in data.get("intervals", {}).items():
             lines.append(
                 f"- {pair}: measured speedup {iv['median']:.3f}, bootstrap "
@@ -380,6 +414,11 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def equal_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["engine"] == "umpipe"
+            and r["plan"].startswith(("gpipe-", "1f1b-", "equal-"))]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -409,6 +448,14 @@ def main() -> int:
         help="extra EDP plans with a large predicted difference (default: gpipe:1)",
     )
     ap.add_argument(
+        "--equal",
+        default="",
+        metavar="M,M,...",
+        help="also run EDP(M) under gpipe and 1f1b for each M listed (each in the mode of that "
+        "schedule's best EDP plan); the report names the best equal plan as measured and gives "
+        "the planned plan's interval against every one (default: none)",
+    )
+    ap.add_argument(
         "--reprofile",
         action="store_true",
         help="profile each problem again first (as its file was made) and predict with that",
@@ -424,6 +471,13 @@ def main() -> int:
     args = ap.parse_args()
     args.planner = args.planner or ["tidgap", "dgap"]
     args.contrast = ["gpipe:1"] if args.contrast is None else [c for c in args.contrast if c]
+    try:
+        args.equal = [int(m) for m in args.equal.split(",") if m.strip()]
+    except ValueError:
+        ap.error(f"--equal: expected a comma-separated list of microbatch counts, got "
+                 f"{args.equal!r}")
+    if any(m < 1 for m in args.equal):
+        ap.error("--equal: every microbatch count must be at least 1")
     for name in [] if args.report_only else args.problems:
         measure(name, args)
     # the report covers every problem measured so far in this folder (latest run of each)

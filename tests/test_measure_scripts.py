@@ -103,3 +103,25 @@ def test_save_plan_keeps_the_in_flight_caps(tmp_path) -> None:
     path = mr.save_plan(plan, tmp_path / "capped-x.json", "capped")
     back = Plan.load(path)
     assert back.caps == (3, 8) and back.meta["schedule"] == "capped"
+
+
+def test_equal_plans_cover_every_count_under_both_schedules_once(problem) -> None:
+    mr = _script("measure_real")
+    best = {"gpipe": Plan.edp(problem.S, problem.B, 4, "stash"),
+            "1f1b": Plan.edp(problem.S, problem.B, 2, "recompute")}
+    got = mr.equal_plans(problem, [1, 2, 4, 4], best, {"gpipe-edp4-stash", "1f1b-edp2-recompute"})
+    labels = [lb for lb, _p, _s in got]
+    # the best plans keep their own labels; a repeated count adds nothing
+    assert labels == ["equal-gpipe-edp1-stash", "equal-1f1b-edp1-recompute",
+                      "equal-gpipe-edp2-stash", "equal-1f1b-edp4-recompute"]
+    for label, plan, sched in got:
+        M = int(label.split("edp")[1].split("-")[0])
+        assert plan == Plan.edp(problem.S, problem.B, M, best[sched].mode)
+        assert label.startswith(f"equal-{sched}-")
+
+
+def test_equal_plans_refuse_a_count_above_the_mini_batch(problem) -> None:
+    mr = _script("measure_real")
+    best = {"gpipe": Plan.edp(problem.S, problem.B, 1, "stash")}
+    with pytest.raises(SystemExit, match="--equal: M = 99 is not in 1..B"):
+        mr.equal_plans(problem, [99], best, set())
