@@ -56,17 +56,20 @@ def test_tune_help_still_lists_its_options():
 def test_second_process_compiles_no_kernel(tmp_path):
     code = (
         "import json\n"
-        "from umpipe_bench.planners import _family_kernels, _kernels, _variation\n"
+        "import numpy as np\n"
+        "from umpipe_bench.planners import _family_kernels, _kernels, _random_kernels, _variation\n"
+        "from umpipe_bench.planners.encoding import random_bits\n"
         "from umpipe_bench.planners.tidgap import TiDGAP\n"
         "from umpipe_bench.synthetic import synthetic_problem\n"
         "for schedule in ('family', 'gpipe'):\n"
         "    TiDGAP(population=8, schedule=schedule).plan(synthetic_problem(3, 6, 0),"
         " mode='recompute', budget='gens:12', seed=0)\n"
+        "random_bits(np.random.default_rng(0), 4, 3, 6)\n"
         "fns = [_kernels.forward_pass, _kernels.backward_pass, _variation.vary,"
-        " _variation.elite_rows, _family_kernels.family_pass]\n"
+        " _variation.elite_rows, _family_kernels.family_pass, _random_kernels.bernoulli_rows]\n"
         "print(json.dumps([[sum(f.stats.cache_hits.values()) > 0,"
         " sum(f.stats.cache_misses.values())] for f in fns]))\n"
     )
     env = {"NUMBA_CACHE_DIR": str(tmp_path)}
     _python(code, env)  # first process: compiles and writes the cache
-    assert json.loads(_python(code, env)) == [[True, 0]] * 5  # loaded from disk, none compiled
+    assert json.loads(_python(code, env)) == [[True, 0]] * 6  # loaded from disk, none compiled

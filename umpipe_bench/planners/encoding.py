@@ -48,16 +48,21 @@ def random_bits(rng: np.random.Generator, n: int, S: int, B: int) -> np.ndarray:
 
     Uniform bits (density 0.5, microbatches of ~2 samples) would waste most draws on plans no
     one would run, so each chromosome first draws a count ``M`` log-uniformly in ``[1, B]``
-    and sets each bit with probability ``(M-1)/(B-1)``. The bits come from one float32 draw per
-    bit (half the random bytes of float64, same comparisons at this resolution).
+    and sets each bit with probability ``(M-1)/(B-1)`` (to ``2**-32``). The bits come from a
+    compiled generator seeded by ``rng`` (:mod:`._random_kernels`: two bits per 64-bit draw),
+    so drawing a plan costs less than evaluating it (results/perf/search.md).
     """
     L = B - 1
     if L == 0 or n == 0:
         return np.zeros((n, S, max(L, 0)), dtype=np.uint8)
+    from ._random_kernels import bernoulli_rows
+
     M = np.exp(rng.uniform(0.0, np.log(B), size=n))
-    density = np.clip((M - 1.0) / L, 0.0, 1.0).astype(np.float32)
-    u = rng.random((n, S * L), dtype=np.float32)
-    return np.less(u, density[:, None]).view(np.uint8).reshape(n, S, L)
+    density = np.clip((M - 1.0) / L, 0.0, 1.0)
+    thresholds = np.rint(density * 2.0**32).astype(np.uint64)
+    out = np.empty((n, S * L), dtype=np.uint8)
+    bernoulli_rows(np.uint64(rng.integers(0, 2**63)), thresholds, out)
+    return out.reshape(n, S, L)
 
 
 def codes_to_bits(codes: np.ndarray, S: int, L: int) -> np.ndarray:
