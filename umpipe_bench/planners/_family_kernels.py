@@ -4,9 +4,10 @@ For every individual (forward cut bits, backward cut bits, per-stage caps) the k
 the operations by the family's rule (:func:`umpipe_bench.schedules.capped_order`) and times
 each operation the moment it is ordered: its inputs are ordered before it, so their end
 times are known. A backward costs ``cb`` when the stage's previous operation is the forward of
-the same samples and ``cbf`` otherwise (docs/MODEL.md §1b). Times and peak memory use the same operations in the same order as the list
-simulator (:func:`umpipe_bench.simulator.simulate`) and :func:`umpipe_bench.memory.peak_memory`,
-so results are bit-identical to them, not merely close.
+the same samples and ``cbf`` otherwise (docs/MODEL.md §1b). Times and peak memory use the
+same operations in the same order as the list simulator
+(:func:`umpipe_bench.simulator.simulate`) and :func:`umpipe_bench.memory.peak_memory`, so
+results are bit-identical to them, not merely close.
 
 Stages whose state changed wake their neighbours (a work list), so ordering costs
 ``O(ops + S * escapes)`` per individual, not a sweep over all stages per step.
