@@ -10,11 +10,15 @@ What is measured for each stage ``s`` and size ``m`` of the grid (docs/MODEL.md 
   autograd, then backward. It is a separate pass, not ``fwd + bwd`` added up.
 * ``opt[s]``: one optimizer step over the stage's parameters (gradients present).
 
+* ``bwd_far[s]`` (optional): far/near backward time ratio of the stage (docs/MODEL.md §1b),
+  from one backward locality cell per stage (:mod:`.locality`).
+
 Timing order. After ``warmup`` discarded rounds, each of ``repeats`` rounds visits every cell
-(stage x size, plus one optimizer cell per stage) once; round ``r`` starts at a different
-offset of the cell list (a rotation), and the stash and recompute passes of a cell swap order
-every round. Slow drift of the machine therefore lands on all cells alike instead of on the
-sizes measured last. Each figure is the median over the rounds; its noise figure is max/min.
+(stage x size, plus one optimizer cell and maybe one locality cell per stage) once; round
+``r`` starts at a different offset of the cell list (a rotation), and the stash and recompute
+passes of a cell swap order every round. Slow drift of the machine therefore lands on all cells
+alike instead of on the sizes measured last. Each figure is the median over the rounds; its
+noise figure is max/min.
 
 Clocks: on CPU ``time.perf_counter`` around synchronous ops (wall time, what a pipeline
 sees); on CUDA, CUDA events recorded in the stream and read after ``torch.cuda.synchronize()``.
@@ -36,6 +40,7 @@ import torch
 from torch import nn
 
 from ..errors import ProfileError
+from .locality import LocalityRound, locality_round
 
 __all__ = [
     "CLOCKS",
@@ -48,6 +53,8 @@ __all__ = [
     "measure_cells",
     "measure_memory",
     "prepare_rigs",
+    "stage_backward",
+    "stage_forward",
 ]
 
 
@@ -183,31 +190,35 @@ def prepare_rigs(
     return rigs
 
 
-def _forward(
-    rig: StageRig, m: int, loss_fn: Callable[[Any, Any], torch.Tensor]
+def stage_forward(
+    rig: StageRig, m: int, loss_fn: Callable[[Any, Any], torch.Tensor], start: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    x = rig.inputs[:m]
+    """The stage's forward with autograd on samples ``[start, start + m)`` of its input
+    (the last stage: + loss / B); returns the input and the output."""
+    x = rig.inputs[start:start + m]
     if rig.needs_input_grad:
         x = x.detach().requires_grad_(True)
     out = rig.module(x)
     if rig.targets is not None:
-        out = loss_fn(out, rig.targets[:m]) * rig.loss_scale
+        out = loss_fn(out, rig.targets[start:start + m]) * rig.loss_scale
     return x, out
 
 
-def _backward(rig: StageRig, out: torch.Tensor, m: int) -> None:
+def stage_backward(rig: StageRig, out: torch.Tensor, m: int, start: int = 0) -> None:
+    """The backward of :func:`stage_forward`'s output, from the output gradient of samples
+    ``[start, start + m)`` (the last stage: from the loss)."""
     if rig.grad_out is None:
         out.backward()
     else:
-        out.backward(rig.grad_out[:m])
+        out.backward(rig.grad_out[start:start + m])
 
 
 def _stash_pass(rig: StageRig, m: int, loss_fn: Callable, clock: Clock) -> tuple[float, float]:
     clock.sync()
     t0 = clock.mark()
-    _, out = _forward(rig, m, loss_fn)
+    _, out = stage_forward(rig, m, loss_fn)
     t1 = clock.mark()
-    _backward(rig, out, m)
+    stage_backward(rig, out, m)
     t2 = clock.mark()
     clock.sync()
     return clock.seconds(t0, t1), clock.seconds(t1, t2)
@@ -216,8 +227,8 @@ def _stash_pass(rig: StageRig, m: int, loss_fn: Callable, clock: Clock) -> tuple
 def _recompute_pass(rig: StageRig, m: int, loss_fn: Callable, clock: Clock) -> float:
     clock.sync()
     t0 = clock.mark()
-    _, out = _forward(rig, m, loss_fn)
-    _backward(rig, out, m)
+    _, out = stage_forward(rig, m, loss_fn)
+    stage_backward(rig, out, m)
     t1 = clock.mark()
     clock.sync()
     return clock.seconds(t0, t1)
@@ -253,7 +264,8 @@ class CellStats:
 
 @dataclass
 class Measurements:
-    """Per stage and size index: fwd/bwd/rbwd statistics; per stage: opt statistics."""
+    """Per stage and size index: fwd/bwd/rbwd statistics; per stage: opt statistics and,
+    when measured, the backward locality rounds (docs/MODEL.md §1b) on ``locality_sizes``."""
 
     sizes: tuple[int, ...]
     fwd: list[list[CellStats]] = field(default_factory=list)
@@ -262,6 +274,11 @@ class Measurements:
     opt: list[CellStats] = field(default_factory=list)
     cells_per_round: int = 0
     rounds: int = 0
+    locality: list[list[LocalityRound]] = field(default_factory=list)
+    locality_sizes: tuple[int, ...] | None = None
+
+
+_LOCALITY = -1  # the cell index of a stage's backward locality cell
 
 
 def _cell_order(n_cells: int, round_index: int, repeats: int) -> list[int]:
@@ -281,9 +298,13 @@ def measure_cells(
     warmup: int = 1,
     recompute: bool = True,
     opt: bool = True,
+    locality: Sequence[int] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Measurements:
     """Time every (stage, size) cell and every stage's optimizer step, interleaved.
+
+    ``locality``: microbatch sizes of one backward locality cell per stage (a near and a far
+    pass, :func:`.locality.locality_round`, docs/MODEL.md §1b), visited in the same rounds.
 
     ``recompute=False`` skips the rbwd pass (its statistics then copy ``fwd + bwd`` medians and
     are marked with noise NaN); ``opt=False`` skips optimizer cells (opt = 0). Those two
@@ -298,11 +319,14 @@ def measure_cells(
     ]
     if opt:
         cells += [(s, None) for s in range(len(rigs))]
+    if locality is not None:
+        cells += [(s, _LOCALITY) for s in range(len(rigs))]
     S, n = len(rigs), len(sizes)
     f_s = [[[] for _ in range(n)] for _ in range(S)]
     b_s = [[[] for _ in range(n)] for _ in range(S)]
     r_s = [[[] for _ in range(n)] for _ in range(S)]
     o_s: list[list[float]] = [[] for _ in range(S)]
+    loc: list[list[LocalityRound]] = [[] for _ in range(S)]
     total = warmup + repeats
     for r in range(total):
         keep = r >= warmup
@@ -313,6 +337,10 @@ def measure_cells(
                 t = _opt_pass(rig, clock)
                 if keep:
                     o_s[s].append(t)
+            elif i == _LOCALITY:
+                lr = locality_round(rig, locality or (), loss_fn, clock, r)
+                if keep:
+                    loc[s].append(lr)
             else:
                 m = sizes[i]
                 stash_first = r % 2 == 0 or not recompute
@@ -329,7 +357,9 @@ def measure_cells(
                         r_s[s][i].append(tr)
             if progress is not None:
                 progress(1)
-    out = Measurements(sizes=tuple(sizes), cells_per_round=len(cells), rounds=total)
+    out = Measurements(sizes=tuple(sizes), cells_per_round=len(cells), rounds=total,
+                       locality=loc if locality is not None else [],
+                       locality_sizes=None if locality is None else tuple(locality))
     for s in range(S):
         out.fwd.append([CellStats.of(f_s[s][i]) for i in range(n)])
         out.bwd.append([CellStats.of(b_s[s][i]) for i in range(n)])
@@ -386,12 +416,12 @@ def measure_memory(
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        x, out = _forward(rig, m, loss_fn)
+        x, out = stage_forward(rig, m, loss_fn)
     if rig.targets is None:
         output_bytes = _nbytes(out) / m
     else:
         output_bytes = 0.0
-    _backward(rig, out, m)
+    stage_backward(rig, out, m)
     input_grad = _nbytes(x.grad) / m if x.grad is not None else 0.0
     weights = sum(_nbytes(p) for p in params)
     grads = sum(_nbytes(p.grad) for p in params if p.grad is not None)
