@@ -64,8 +64,10 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per
     pk = np.zeros(S, np.float64)
     queue = np.zeros(S, np.int64)
     inq = np.zeros(S, np.uint8)
-    lf_end = np.zeros(S, np.int64)  # last sample + 1 of the forward just run; -1: none
-    lf_size = np.zeros(S, np.int64)
+    # end sample of the stage's previous operation if it was a forward, else -1: in stash
+    # mode the forward ending where a backward ends covers the same samples (recompute mode
+    # never reads the difference: its cbf is cb)
+    lf_end = np.zeros(S, np.int64)
     for n in range(N):
         remaining = 0
         for s in range(S):
@@ -156,7 +158,6 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per
                     nf[s] = j + 1
                     donef[s] = a
                     lf_end[s] = a
-                    lf_size[s] = p
                 else:
                     i = nb[s]
                     d = bend[s, i]
@@ -170,7 +171,7 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per
                     r = own
                     if s < S - 1:
                         r = max(own, y_end[s + 1, bidx[s + 1, d - 1]])
-                    if lf_end[s] == d and lf_size[s] == q:
+                    if lf_end[s] == d:
                         t1 = max(sfree[s], r) + cb[s, q]
                     else:
                         t1 = max(sfree[s], r) + cbf[s, q]
