@@ -210,3 +210,25 @@ def test_bad_factor_is_exit_code_2(tmp_path, capsys):
     assert main(["simulate", "--problem", str(path), "--plan", "gpipe:2"]) == 2
     err = capsys.readouterr().err
     assert "stage 0 field 'bwd_far'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_local_greedy_charges_far_backwards_below_B():
+    from umpipe_bench.planners.greedy import local_greedy_plan
+
+    linear = make_problem(fwd=[[1.0, 2.0, 3.0, 4.0]], bwd=[[1.0, 2.0, 3.0, 4.0]])
+    assert local_greedy_plan(linear).fwd == ((1, 1, 1, 1),)  # a tie per sample: smallest m
+    far = linear.with_bwd_far(2.0)
+    plan = local_greedy_plan(far)
+    assert plan.fwd == ((4,),)  # one microbatch: its backward is near
+    assert simulate(far, plan).iteration_time == 8.0
+    assert simulate(far, Plan.edp(1, 4, 4)).iteration_time == 12.0
+
+
+def test_torch_closed_form_applies_the_factors():
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    p = _with_random_far(synthetic_problem(4, 16, 0), rng)
+    fb = random_bits(rng, 100, 4, 16)
+    ref = np.array([gpipe_recurrence(p, bits_to_plan(f, f, "stash")) for f in fb])
+    T = PopulationEvaluator(p, "stash", "torch", device="cpu")(fb, fb)
+    np.testing.assert_allclose(T, ref, rtol=1e-12, atol=0)
