@@ -25,6 +25,7 @@ from typing import Any
 
 from ..plan import balanced_split
 from ..problem import BWD_FAR_RANGE
+from .rig import stage_backward, stage_forward
 
 __all__ = ["REFERENCE_M", "LocalityRound", "far_factor", "locality_round", "order_pass",
            "reference_sizes"]
@@ -56,10 +57,8 @@ def reference_sizes(B: int) -> tuple[int, ...]:
 def order_pass(rig: Any, sizes: Sequence[int], loss_fn: Callable[[Any, Any], Any], clock: Any,
                order: str) -> tuple[float, float]:
     """Summed forward and backward seconds of the microbatches ``sizes`` (consecutive samples
-    of the stage input ``rig``, a :class:`.engine.StageRig`) run in ``order``: ``near`` or
+    of the stage input ``rig``, a :class:`.rig.StageRig`) run in ``order``: ``near`` or
     ``far`` (module docstring)."""
-    from .engine import stage_backward, stage_forward
-
     if order not in ("near", "far"):
         raise ValueError(f"order must be 'near' or 'far', got {order!r}")
     starts = [sum(sizes[:j]) for j in range(len(sizes))]
