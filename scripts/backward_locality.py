@@ -4,15 +4,17 @@
 1F1B runs ``F(j) B(j')`` close together, GPipe runs every forward of a stage before its first
 backward; the profiler times a backward right after its forward (docs/MODEL.md §1, as 1F1B
 does). This times one stage of a profiled problem in one process, one thread, in two orders
-per round, alternately:
+per round, alternately (the profiler's own locality cell, umpipe_bench/profiler/locality.py,
+which ``umpipe-bench profile`` runs inside its rounds to measure ``bwd_far``, docs/MODEL.md §1b):
 
 * ``near``: ``F(1) B(1) F(2) B(2) ... F(M) B(M)``: each backward right after its forward;
 * ``far``: ``F(1) ... F(M) B(1) ... B(M)``: the GPipe order, ``M - 1`` forwards in between;
 
-on EDP(M) microbatches of the problem's mini-batch with random output gradients, and reports
-the median over rounds of the per-round ratio far/near of the summed backward (and forward)
-times, with a bootstrap 95 % interval (umpipe_bench/runtime/stats.py). A ratio above 1 means
-the GPipe order's backwards run slower than the profile (and 1F1B) assume.
+on EDP(M) microbatches of the problem's mini-batch, with the profiler's seeded output
+gradients (the last stage: its loss), and reports the median over rounds of the per-round ratio
+far/near of the summed backward (and forward) times, with a bootstrap 95 % interval
+(umpipe_bench/runtime/stats.py). A ratio above 1 means the GPipe order's backwards run slower
+than the profile (and 1F1B) assume.
 
     OMP_NUM_THREADS=1 python scripts/backward_locality.py gpt1-mini-s2 --stage 0 --M 4
 """
@@ -22,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,55 +32,24 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from umpipe_bench.plan import balanced_split  # noqa: E402
+from umpipe_bench.profiler.engine import StageRig, make_clock, prepare_rigs  # noqa: E402
+from umpipe_bench.profiler.locality import locality_round  # noqa: E402
 from umpipe_bench.registry import get_problem  # noqa: E402
-from umpipe_bench.runtime.stages import build_stages  # noqa: E402
 from umpipe_bench.runtime.stats import bootstrap_median, paired_ratios  # noqa: E402
 
 
-def stage_inputs(problem_name: str, stage: int) -> tuple[torch.nn.Module, torch.Tensor]:
+def stage_rig(problem_name: str, stage: int) -> tuple[StageRig, object, int]:
+    """The profiler's rig of one stage of a profiled problem, its loss and B."""
     from problems.models import get_model
 
     p = get_problem(problem_name)
     prov = p.provenance
-    mods = build_stages(prov["model"], prov["config"], prov["layers_per_stage"], torch.float32,
-                        int(prov.get("seed", 0)))
-    x, _ = get_model(prov["model"]).sample_batch(p.B, prov["config"], 0, torch.float32)
-    with torch.no_grad():
-        for m in mods[:stage]:
-            x = m(x)
-    return mods[stage], x
-
-
-def one_round(mod: torch.nn.Module, chunks: list[torch.Tensor], grads: list[torch.Tensor],
-              order: str) -> tuple[float, float]:
-    """Summed forward and backward seconds of one iteration in ``order``."""
-    fwd = bwd = 0.0
-    outs: list[torch.Tensor] = []
-
-    def f(x: torch.Tensor) -> torch.Tensor:
-        nonlocal fwd
-        x = x.detach().requires_grad_(x.is_floating_point())
-        t = time.perf_counter()
-        y = mod(x)
-        fwd += time.perf_counter() - t
-        return y
-
-    def b(y: torch.Tensor, g: torch.Tensor) -> None:
-        nonlocal bwd
-        t = time.perf_counter()
-        torch.autograd.backward(y, g)
-        bwd += time.perf_counter() - t
-
-    if order == "near":
-        for x, g in zip(chunks, grads, strict=True):
-            b(f(x), g)
-    else:
-        outs = [f(x) for x in chunks]
-        for y, g in zip(outs, grads, strict=True):
-            b(y, g)
-    for prm in mod.parameters():
-        prm.grad = None
-    return fwd, bwd
+    spec = get_model(prov["model"])
+    seed = int(prov.get("seed", 0))
+    layers = spec.build(dict(prov["config"]), torch.float32, seed)
+    x, y = spec.sample_batch(p.B, dict(prov["config"]), seed, torch.float32)
+    rigs = prepare_rigs(layers, prov["layers_per_stage"], x, y, optimizer="sgd", seed=seed)
+    return rigs[stage], spec.loss, p.B
 
 
 def main() -> int:
@@ -92,22 +62,15 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="also write the result here")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    mod, x = stage_inputs(args.problem, args.stage)
-    mod.train()
-    chunks = list(torch.split(x, balanced_split(x.shape[0], args.M)))
-    with torch.no_grad():
-        shapes = [mod(c).shape for c in chunks]
-    gen = torch.Generator().manual_seed(0)
-    grads = [torch.randn(s, generator=gen) for s in shapes]
-    for _ in range(2):  # warm-up
-        one_round(mod, chunks, grads, "near")
-        one_round(mod, chunks, grads, "far")
-    res: dict[str, list[float]] = {"near_f": [], "near_b": [], "far_f": [], "far_b": []}
-    for r in range(args.rounds):
-        for order in (("near", "far") if r % 2 == 0 else ("far", "near")):
-            fw, bw = one_round(mod, chunks, grads, order)
-            res[f"{order}_f"].append(fw)
-            res[f"{order}_b"].append(bw)
+    rig, loss, B = stage_rig(args.problem, args.stage)
+    rig.module.train()
+    sizes = balanced_split(B, args.M)
+    clock = make_clock(torch.device("cpu"))
+    for r in range(2):  # warm-up
+        locality_round(rig, sizes, loss, clock, r)
+    rounds = [locality_round(rig, sizes, loss, clock, r) for r in range(args.rounds)]
+    res = {"near_f": [x.near_fwd for x in rounds], "near_b": [x.near_bwd for x in rounds],
+           "far_f": [x.far_fwd for x in rounds], "far_b": [x.far_bwd for x in rounds]}
     b_iv = bootstrap_median(paired_ratios(res["far_b"], res["near_b"]))
     f_iv = bootstrap_median(paired_ratios(res["far_f"], res["near_f"]))
     out = {"problem": args.problem, "stage": args.stage, "M": args.M, "rounds": args.rounds,

@@ -21,7 +21,9 @@ forward). gpipe and 1f1b are such schedules. For every stage ``s``::
 
 Every operation of stage ``s`` starts at ``E[s]`` or later and the stage runs one at a time,
 so its last operation ends at ``E[s] + W[s]`` or later. The proof and a case where the bound
-is reached are in docs/SIMNETS.md.
+is reached are in docs/SIMNETS.md. With a backward locality factor (docs/MODEL.md §1b) every
+stash backward cost above is ``min(1, bwd_far[s]) * bwd[s](m)``, below both its near and its
+far cost, so the bound holds under every order.
 
 This module imports no torch.
 """
@@ -81,7 +83,10 @@ def stage_bound(problem: Problem, mode: str = "stash") -> Bound:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     tb = problem.tables()
     S = problem.S
-    fwd, back = tb.fwd, tb.backward(mode)
+    fwd = tb.fwd
+    # a backward costs bwd (near) or bwd * bwd_far (far, docs/MODEL.md §1b): the lesser of the
+    # two is below every backward of every schedule
+    back = np.minimum(tb.backward(mode), tb.backward_far(mode))
     min_f = fwd[:, 1:].min(axis=1)
     min_b = back[:, 1:].min(axis=1)
     work_b = min_composition_cost(back)

@@ -27,6 +27,7 @@ import numpy as np
 from .errors import UmpipeError
 
 __all__ = [
+    "BWD_FAR_RANGE",
     "SCHEMA",
     "Link",
     "Problem",
@@ -39,6 +40,8 @@ __all__ = [
 
 SCHEMA = "umpipe-problem/1"
 _COST_KINDS = ("fwd", "bwd", "rbwd")
+#: the range a stage's backward locality factor ``bwd_far`` may take (docs/MODEL.md §1b)
+BWD_FAR_RANGE = (0.25, 4.0)
 
 
 class ProblemError(UmpipeError):
@@ -88,6 +91,9 @@ class StageCosts:
     memory: StageMemory | None = None
     name: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: far/near ratio of a stash backward whose forward did not run just before it
+    #: (docs/MODEL.md §1b); None: not profiled, the factor 1
+    bwd_far: float | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,9 @@ class ProblemTables:
     """Dense float64 tables indexed by size ``m = 0..B`` (index 0 holds 0.0).
 
     ``fwd``, ``bwd``, ``rbwd``: ``[S, B+1]``; ``opt``: ``[S]``; ``act``, ``grad``: ``[S-1, B+1]``
-    (boundary ``s -> s+1``). Fast evaluators read these instead of interpolating.
+    (boundary ``s -> s+1``). ``bwd_far`` ``[S, B+1]`` is ``bwd[s] * far[s]``, the cost of a
+    *far* stash backward (docs/MODEL.md §1b), ``far`` ``[S]`` the factors (1.0 where absent).
+    Fast evaluators read these instead of interpolating.
     """
 
     fwd: np.ndarray
@@ -123,10 +131,18 @@ class ProblemTables:
     opt: np.ndarray
     act: np.ndarray
     grad: np.ndarray
+    bwd_far: np.ndarray
+    far: np.ndarray
 
     def backward(self, mode: str) -> np.ndarray:
-        """The backward cost table of a memory mode: ``bwd`` (stash) or ``rbwd`` (recompute)."""
+        """The (near) backward cost table of a memory mode: ``bwd`` (stash) or ``rbwd``
+        (recompute)."""
         return self.bwd if mode == "stash" else self.rbwd
+
+    def backward_far(self, mode: str) -> np.ndarray:
+        """The cost table of a *far* backward (docs/MODEL.md §1b): ``bwd * far`` in stash
+        mode; ``rbwd`` in recompute mode, which re-runs its forward and is never far."""
+        return self.bwd_far if mode == "stash" else self.rbwd
 
 
 def _interp_table(sizes: Sequence[int], values: Sequence[float], B: int) -> np.ndarray:
@@ -178,9 +194,12 @@ class Problem:
         for s, ln in enumerate(self.links):
             act[s, 1:] = ln.latency + m[1:] * ln.act_bytes / ln.bandwidth
             grad[s, 1:] = ln.latency + m[1:] * ln.grad_bytes / ln.bandwidth
-        for arr in (fwd, bwd, rbwd, opt, act, grad):
+        far = np.array([self.far_factor(s) for s in range(self.S)], dtype=np.float64)
+        bwd_far = bwd * far[:, None]  # factor 1.0: exactly bwd
+        for arr in (fwd, bwd, rbwd, opt, act, grad, bwd_far, far):
             arr.setflags(write=False)
-        return ProblemTables(fwd=fwd, bwd=bwd, rbwd=rbwd, opt=opt, act=act, grad=grad)
+        return ProblemTables(fwd=fwd, bwd=bwd, rbwd=rbwd, opt=opt, act=act, grad=grad,
+                             bwd_far=bwd_far, far=far)
 
     def tables(self) -> ProblemTables:
         """Dense read-only tables over ``m = 0..B`` (computed once per problem)."""
@@ -200,9 +219,32 @@ class Problem:
     def rbwd(self, s: int, m: int) -> float:
         return float(self._tables.rbwd[s, self._check_m(m)])
 
-    def backward_cost(self, s: int, m: int, mode: str) -> float:
-        """``c[s](m)`` of docs/MODEL.md §4: ``bwd`` in stash mode, ``rbwd`` in recompute mode."""
-        return self.bwd(s, m) if mode == "stash" else self.rbwd(s, m)
+    def backward_cost(self, s: int, m: int, mode: str, far: bool = False) -> float:
+        """``c[s](m)`` of docs/MODEL.md §4: ``bwd`` in stash mode, ``rbwd`` in recompute mode;
+        ``far``: a stash backward not directly after its own forward (docs/MODEL.md §1b)."""
+        if mode != "stash":
+            return self.rbwd(s, m)
+        tab = self._tables.bwd_far if far else self._tables.bwd
+        return float(tab[s, self._check_m(m)])
+
+    def far_factor(self, s: int) -> float:
+        """Stage ``s``'s backward locality factor ``bwd_far`` (docs/MODEL.md §1b; 1.0 when
+        the problem file has none)."""
+        f = self.stages[s].bwd_far
+        return 1.0 if f is None else float(f)
+
+    def with_bwd_far(self, factors: float | Sequence[float | None] | None) -> Problem:
+        """The same problem with other backward locality factors (docs/MODEL.md §1b): one
+        number for all stages, one per stage (None: absent), or None to drop them all."""
+        from dataclasses import replace
+
+        fs = [factors] * self.S if not isinstance(factors, Sequence) else list(factors)
+        if len(fs) != self.S:
+            raise ProblemError(f"problem {self.name!r}: {len(fs)} factors 'bwd_far' for S = "
+                               f"{self.S} stages")
+        stages = tuple(replace(st, bwd_far=None if f is None else float(f))
+                       for st, f in zip(self.stages, fs))
+        return replace(self, stages=stages).validate()
 
     def opt(self, s: int) -> float:
         return float(self.stages[s].opt)
@@ -280,6 +322,10 @@ class Problem:
                         )
             if not _is_finite(st.opt) or st.opt < 0:
                 fail(f"stage {s} field 'opt' must be a non-negative finite time, got {st.opt!r}")
+            if st.bwd_far is not None and not (
+                    _is_finite(st.bwd_far) and BWD_FAR_RANGE[0] <= st.bwd_far <= BWD_FAR_RANGE[1]):
+                fail(f"stage {s} field 'bwd_far' must be a far/near backward time ratio in "
+                     f"[{BWD_FAR_RANGE[0]}, {BWD_FAR_RANGE[1]}], got {st.bwd_far!r}")
             if st.memory is not None:
                 for f_ in ("param_bytes", "saved_act_bytes_per_sample", "input_bytes_per_sample"):
                     v = getattr(st.memory, f_)
@@ -320,6 +366,8 @@ class Problem:
             }
             if st.name:
                 d["name"] = st.name
+            if st.bwd_far is not None:
+                d["bwd_far"] = st.bwd_far
             if st.memory is not None:
                 d["memory"] = {
                     "param_bytes": st.memory.param_bytes,
@@ -405,6 +453,7 @@ class Problem:
                     memory=memory,
                     name=str(st.get("name", "")),
                     extra=dict(st.get("extra", {})),
+                    bwd_far=st.get("bwd_far"),
                 )
             )
         links = []

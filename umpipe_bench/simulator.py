@@ -10,6 +10,9 @@ Two implementations that must agree on every gpipe plan:
 * :func:`gpipe_recurrence` is docs/MODEL.md §4's nested loop for the gpipe schedule, written
   plainly: the reference every fast evaluator (TiDGAP) is tested against.
 
+Both charge a stash backward ``bwd[s](m)`` when the stage's previous operation is the forward
+of the same samples and ``bwd[s](m) * bwd_far[s]`` otherwise (docs/MODEL.md §1b).
+
 This module imports no torch.
 """
 
@@ -124,6 +127,15 @@ def _prefix(sizes: tuple[int, ...]) -> list[int]:
     return list(accumulate(sizes))
 
 
+def _near(row: list[Op], i: int) -> bool:
+    """Whether backward ``row[i]`` is *near* (docs/MODEL.md §1b): the stage's operation just
+    before it is the forward of the same samples."""
+    if i == 0:
+        return False
+    prev, op = row[i - 1], row[i]
+    return prev.kind == "F" and prev.start == op.start and prev.stop == op.stop
+
+
 def simulate(
     problem: Problem,
     plan: Plan,
@@ -146,6 +158,7 @@ def simulate(
     S, mode = problem.S, plan.mode
     tb = problem.tables()
     fwd_t, bwd_t, act_t, grad_t = tb.fwd, tb.backward(mode), tb.act, tb.grad
+    far_t = tb.backward_far(mode)
     if schedule is None:
         schedule = schedule_of(plan)
     if ops is None:
@@ -191,7 +204,10 @@ def simulate(
                     break
                 m = op.size
                 t0 = max(stage_free[s], r)
-                cost = fwd_t[s, m] if op.kind == "F" else bwd_t[s, m]
+                if op.kind == "F":
+                    cost = fwd_t[s, m]
+                else:
+                    cost = bwd_t[s, m] if _near(row, pos[s]) else far_t[s, m]
                 t1 = t0 + cost
                 stage_free[s] = t1
                 busy[s] += cost
@@ -256,7 +272,7 @@ def gpipe_recurrence(problem: Problem, plan: Plan) -> float:
     """
     S, mode = problem.S, plan.mode
     tb = problem.tables()
-    fwd_t, bwd_t, act_t, grad_t = tb.fwd, tb.backward(mode), tb.act, tb.grad
+    fwd_t, act_t, grad_t = tb.fwd, tb.act, tb.grad
     X_prev: list[float] = []
     A_prev: list[int] = []
     F_last = [0.0] * S
@@ -280,6 +296,8 @@ def gpipe_recurrence(problem: Problem, plan: Plan) -> float:
     for s in range(S - 1, -1, -1):
         Q = plan.bwd[s]
         D = list(accumulate(Q))
+        # under gpipe a stage's backwards are all far unless it has one microbatch (§1b)
+        bwd_t = tb.backward(mode) if len(Q) == 1 else tb.backward_far(mode)
         G = F_last[s]
         Y = 0.0
         Ys = []

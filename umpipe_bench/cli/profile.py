@@ -94,6 +94,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="problem name (default: the --out file stem)")
     p.add_argument("--out", required=True, metavar="FILE", help="problem JSON file to write")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-locality", action="store_true",
+        help="do not measure the backward locality factors bwd_far (docs/MODEL.md §1b); "
+        "the problem then charges every stash backward its near cost",
+    )
     p.set_defaults(func=run)
 
 
@@ -141,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         log=lambda msg: print(msg, file=sys.stderr),
         co_run=args.co_run,
+        locality=not args.no_locality,
     )
     with writing(out, "--out"):
         problem.save(out)
@@ -151,13 +157,14 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"{'stage':>5}  {'layers':>7}  {'fwd(B) ms':>10}  {'bwd(B) ms':>10}  {'rbwd(B) ms':>10}  "
-        f"{'opt ms':>8}  name"
+        f"{'opt ms':>8}  {'bwd_far':>7}  name"
     )
     for s, st in enumerate(problem.stages):
         a, b = st.extra["layers"]
         print(
             f"{s:>5}  {a:>3}-{b - 1:<3}  {st.fwd[-1] * 1e3:>10.3f}  {st.bwd[-1] * 1e3:>10.3f}  "
-            f"{st.rbwd[-1] * 1e3:>10.3f}  {st.opt * 1e3:>8.3f}  {st.name}"
+            f"{st.rbwd[-1] * 1e3:>10.3f}  {st.opt * 1e3:>8.3f}  "
+            f"{'-' if st.bwd_far is None else f'{st.bwd_far:.3f}':>7}  {st.name}"
         )
     lk = prov["link"]
     print(

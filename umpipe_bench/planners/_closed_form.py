@@ -80,6 +80,11 @@ class _NumpyOps:
     def column(x: Any, j: int) -> Any:
         return x[:, j]
 
+    @staticmethod
+    def any_cut(bits: Any) -> Any:
+        """Cut bits [N, B-1] -> [N, 1] bool: whether the row has more than one microbatch."""
+        return np.asarray(bits, dtype=bool).any(axis=1, keepdims=True)
+
 
 NUMPY_OPS = _NumpyOps()
 
@@ -122,9 +127,12 @@ def closed_form_forward(xp: Any, fb: Any, fwd: Any, act: Any) -> Any:
 
 
 def closed_form_backward(
-    xp: Any, bb: Any, cb: Any, grad: Any, opt: Any, F_last: Any
+    xp: Any, bb: Any, cb: Any, cbf: Any, grad: Any, opt: Any, F_last: Any
 ) -> Any:
-    """``T = max_s (G[s, L_s] + opt[s])`` [N] for cut bits ``bb`` (docs/MODEL.md §4 backward)."""
+    """``T = max_s (G[s, L_s] + opt[s])`` [N] for cut bits ``bb`` (docs/MODEL.md §4 backward).
+
+    ``cbf`` is the far backward table (docs/MODEL.md §1b): a stage with more than one
+    microbatch reads it, one with a single microbatch reads ``cb``."""
     N, S, L = bb.shape
     B = L + 1
     pos = xp.positions(N, B, bb)
@@ -135,7 +143,8 @@ def closed_form_backward(
         size = _sizes(xp, E, pos)
         Fl = F_last[:, s : s + 1]
         R = Fl if s == S - 1 else xp.maximum(Fl, Y_fill)
-        G = _chain(xp, E, cb[s][size], R, Fl)
+        cost = xp.where(xp.any_cut(bb[:, s, :]), cbf[s][size], cb[s][size])
+        G = _chain(xp, E, cost, R, Fl)
         end = xp.column(G, B - 1) + opt[s]
         T = end if T is None else xp.maximum(T, end)
         if s > 0:

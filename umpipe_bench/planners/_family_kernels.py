@@ -3,9 +3,11 @@
 For every individual (forward cut bits, backward cut bits, per-stage caps) the kernel orders
 the operations by the family's rule (:func:`umpipe_bench.schedules.capped_order`) and times
 each operation the moment it is ordered: its inputs are ordered before it, so their end
-times are known. Times and peak memory use the same operations in the same order as the list
-simulator (:func:`umpipe_bench.simulator.simulate`) and :func:`umpipe_bench.memory.peak_memory`,
-so results are bit-identical to them, not merely close.
+times are known. A backward costs ``cb`` when the stage's previous operation is the forward of
+the same samples and ``cbf`` otherwise (docs/MODEL.md §1b). Times and peak memory use the
+same operations in the same order as the list simulator
+(:func:`umpipe_bench.simulator.simulate`) and :func:`umpipe_bench.memory.peak_memory`, so
+results are bit-identical to them, not merely close.
 
 Stages whose state changed wake their neighbours (a work list), so ordering costs
 ``O(ops + S * escapes)`` per individual, not a sweep over all stages per step.
@@ -34,10 +36,11 @@ def _decode(bits, n, s, L, ends, idx, counts):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def family_pass(fb, bb, caps, unit_mb, fwd, cb, act, grad, opt, static, per_in, per_op,
+def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per_in, per_op,
                 T, peak):  # pragma: no cover - compiled
     """``fb``/``bb`` [N, S, B-1] uint8 cut bits, ``caps`` [N, S] int64 (samples, or
-    microbatches when ``unit_mb``), tables as :class:`.evaluator.PopulationEvaluator`'s,
+    microbatches when ``unit_mb``), tables as :func:`.evaluator.kernel_tables`'s (``cbf``: a
+    backward not directly after the forward of its own samples, docs/MODEL.md §1b),
     ``static``/``per_in``/``per_op`` [S] memory figures; writes ``T`` [N], ``peak`` [N, S]."""
     N, S, L = fb.shape
     B = L + 1
@@ -61,6 +64,10 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, act, grad, opt, static, per_in, 
     pk = np.zeros(S, np.float64)
     queue = np.zeros(S, np.int64)
     inq = np.zeros(S, np.uint8)
+    # end sample of the stage's previous operation if it was a forward, else -1: in stash
+    # mode the forward ending where a backward ends covers the same samples (recompute mode
+    # never reads the difference: its cbf is cb)
+    lf_end = np.zeros(S, np.int64)
     for n in range(N):
         remaining = 0
         for s in range(S):
@@ -76,6 +83,7 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, act, grad, opt, static, per_in, 
             lgfree[s] = 0.0
             live[s] = 0.0
             pk[s] = 0.0
+            lf_end[s] = -1
             queue[s] = s
             inq[s] = 1
         head = 0
@@ -149,6 +157,7 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, act, grad, opt, static, per_in, 
                     pk[s] = max(pk[s], live[s] + per_op[s] * p)
                     nf[s] = j + 1
                     donef[s] = a
+                    lf_end[s] = a
                 else:
                     i = nb[s]
                     d = bend[s, i]
@@ -162,7 +171,11 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, act, grad, opt, static, per_in, 
                     r = own
                     if s < S - 1:
                         r = max(own, y_end[s + 1, bidx[s + 1, d - 1]])
-                    t1 = max(sfree[s], r) + cb[s, q]
+                    if lf_end[s] == d:
+                        t1 = max(sfree[s], r) + cb[s, q]
+                    else:
+                        t1 = max(sfree[s], r) + cbf[s, q]
+                    lf_end[s] = -1
                     sfree[s] = t1
                     if s > 0:
                         c1 = max(lgfree[s], t1) + grad[s - 1, q]

@@ -7,7 +7,9 @@ iteration times are bit-identical to the reference, not merely close. What makes
 * the cut bits are decoded branch-free: ``ends[k] = i + 1; k += bit`` writes every position
   and keeps only the cuts; ``idx[i] = k`` records, for every sample, the microbatch holding it,
   so the dependency ``k = min{k : A[s-1,k] >= A[s,j]}`` is one load (no bisect);
-* the max-then-add chain runs over microbatches only, with scalars in registers.
+* the max-then-add chain runs over microbatches only, with scalars in registers;
+* the backward locality term (docs/MODEL.md §1b) is one table choice per stage: under gpipe a
+  stash backward is far exactly when its stage has more than one microbatch.
 
 The forward and backward passes are separate because the backward depends on the forward only
 through each stage's last forward end ``F[s, K_s]`` (the exact planner enumerates them apart).
@@ -64,10 +66,12 @@ def forward_pass(fb, fwd, act, F_last):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def backward_pass(bb, cb, grad, opt, F_last, T):  # pragma: no cover - compiled
+def backward_pass(bb, cb, cbf, grad, opt, F_last, T):  # pragma: no cover - compiled
     """Backward recurrence and ``T = max_s (G[s, L_s] + opt[s])`` for every individual:
-    ``bb`` [N, S, B-1] uint8, ``cb`` [S, B+1] (bwd or rbwd), ``grad`` [S-1, B+1], ``opt`` [S],
-    ``F_last`` [N, S] from :func:`forward_pass`; writes ``T`` [N]."""
+    ``bb`` [N, S, B-1] uint8, ``cb`` [S, B+1] (bwd or rbwd), ``cbf`` [S, B+1] the far
+    backward costs (``bwd * bwd_far`` in stash mode, else ``cb``: docs/MODEL.md §1b; a stage
+    with more than one microbatch reads it), ``grad`` [S-1, B+1], ``opt`` [S], ``F_last``
+    [N, S] from :func:`forward_pass`; writes ``T`` [N]."""
     N, S, L = bb.shape
     B = L + 1
     ends = np.empty(B, np.int64)
@@ -86,6 +90,7 @@ def backward_pass(bb, cb, grad, opt, F_last, T):  # pragma: no cover - compiled
             idx_cur[L] = k
             ends[k] = B
             K = k + 1
+            tab = cb if K == 1 else cbf
             Fl = F_last[n, s]
             G = Fl
             Y = 0.0
@@ -97,7 +102,7 @@ def backward_pass(bb, cb, grad, opt, F_last, T):  # pragma: no cover - compiled
                 R = Fl
                 if s < S - 1:
                     R = max(Fl, Y_dn[idx_dn[d - 1]])
-                G = max(G, R) + cb[s, q]
+                G = max(G, R) + tab[s, q]
                 if s > 0:
                     Y = max(Y, G) + grad[s - 1, q]
                     Y_cur[j] = Y

@@ -75,6 +75,10 @@ class _TorchOps:
     def column(x: Any, j: int) -> Any:
         return x[:, j]
 
+    @staticmethod
+    def any_cut(bits: Any) -> Any:
+        return bits.bool().any(dim=1, keepdim=True)
+
 
 class TorchEvaluator:
     """Holds the problem's tables on ``device`` and evaluates numpy bit arrays there."""
@@ -97,11 +101,13 @@ class TorchEvaluator:
     def backward(self, bb: np.ndarray, F_last: np.ndarray) -> np.ndarray:
         t = self.t
         Fl = torch.as_tensor(F_last, dtype=torch.float64, device=self.device)
-        T = closed_form_backward(self.ops, self._bits(bb), t["cb"], t["grad"], t["opt"], Fl)
+        T = closed_form_backward(self.ops, self._bits(bb), t["cb"], t["cbf"],
+                                 t["grad"], t["opt"], Fl)
         return T.cpu().numpy()
 
     def evaluate(self, fb: np.ndarray, bb: np.ndarray) -> np.ndarray:
         t = self.t
         F = closed_form_forward(self.ops, self._bits(fb), t["fwd"], t["act"])
-        T = closed_form_backward(self.ops, self._bits(bb), t["cb"], t["grad"], t["opt"], F)
+        T = closed_form_backward(self.ops, self._bits(bb), t["cb"], t["cbf"],
+                                 t["grad"], t["opt"], F)
         return T.cpu().numpy()

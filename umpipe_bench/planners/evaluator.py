@@ -60,13 +60,15 @@ def _pool(workers: int) -> Any:
 
 def kernel_tables(problem: Problem, mode: str) -> dict[str, np.ndarray]:
     """The problem's cost tables as the compiled kernels read them: contiguous float64
-    ``fwd``, ``cb`` (bwd or rbwd by ``mode``), ``act``, ``grad`` (``[S-1, B+1]``, empty for a
-    single stage) and ``opt``."""
+    ``fwd``, ``cb`` (bwd or rbwd by ``mode``), ``cbf`` (the far backward, docs/MODEL.md §1b:
+    ``bwd * bwd_far`` in stash mode, ``rbwd`` in recompute mode), ``act``, ``grad``
+    (``[S-1, B+1]``, empty for a single stage) and ``opt``."""
     tb = problem.tables()
     S, B = problem.S, problem.B
     return {
         "fwd": np.ascontiguousarray(tb.fwd, dtype=np.float64),
         "cb": np.ascontiguousarray(tb.backward(mode), dtype=np.float64),
+        "cbf": np.ascontiguousarray(tb.backward_far(mode), dtype=np.float64),
         "act": np.ascontiguousarray(tb.act, dtype=np.float64).reshape(max(S - 1, 0), B + 1),
         "grad": np.ascontiguousarray(tb.grad, dtype=np.float64).reshape(max(S - 1, 0), B + 1),
         "opt": np.ascontiguousarray(tb.opt, dtype=np.float64),
@@ -165,15 +167,17 @@ class PopulationEvaluator:
         t = self._tables
         if self._kernels is not None:
             out = np.empty(bb.shape[0], dtype=np.float64)
-            cb, grad, opt, kernel = t["cb"], t["grad"], t["opt"], self._kernels.backward_pass
+            cb, cbf, grad, opt = t["cb"], t["cbf"], t["grad"], t["opt"]
+            kernel = self._kernels.backward_pass
             self._rows(bb.shape[0],
-                       lambda a, b: kernel(bb[a:b], cb, grad, opt, F_last[a:b], out[a:b]))
+                       lambda a, b: kernel(bb[a:b], cb, cbf, grad, opt, F_last[a:b], out[a:b]))
             return out
         if self._torch is not None:
             return self._torch.backward(bb, F_last)
         if self.backend == "python":
             raise ValueError("backend 'python' evaluates whole plans only")
-        return closed_form_backward(NUMPY_OPS, bb, t["cb"], t["grad"], t["opt"], F_last)
+        return closed_form_backward(NUMPY_OPS, bb, t["cb"], t["cbf"], t["grad"], t["opt"],
+                                    F_last)
 
     def __call__(self, fbits: np.ndarray, bbits: np.ndarray | None = None) -> np.ndarray:
         """Iteration time of every individual, float64 ``[N]`` (``bbits`` None: stash tie)."""

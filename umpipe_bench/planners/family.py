@@ -42,7 +42,7 @@ class FamilyEvaluator:
         self.problem, self.mode = problem, mode
         self.S, self.B = problem.S, problem.B
         t = kernel_tables(problem, mode)
-        self._t = (t["fwd"], t["cb"], t["act"], t["grad"], t["opt"])
+        self._t = (t["fwd"], t["cb"], t["cbf"], t["act"], t["grad"], t["opt"])
         figs = memory_figures(problem, mode)
         self.has_memory = figs is not None
         zeros = (0.0,) * self.S

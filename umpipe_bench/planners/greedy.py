@@ -7,7 +7,8 @@ populations with them; ``baselines/greedy.py`` wraps them as planners.
 local-greedy
     Each stage picks, alone, the size ``m*`` with the lowest cost per sample (forward:
     ``fwd[s](m)/m``; backward: ``c[s](m)/m`` with ``c`` = bwd or rbwd; stash mode ties the two,
-    so it minimizes ``(fwd[s](m) + bwd[s](m))/m``). Ties go to the smaller ``m``. The
+    so it minimizes ``(fwd[s](m) + bwd[s](m))/m``, with ``bwd * bwd_far`` below ``m = B``:
+    docs/MODEL.md §1b). Ties go to the smaller ``m``. The
     composition is ``m*`` repeated ``B // m*`` times, then the remainder ``B mod m*`` (if any)
     as the last microbatch. Communication and neighbours are ignored: that is the point.
 
@@ -53,7 +54,10 @@ def local_greedy_plan(problem: Problem, mode: str = "stash") -> Plan:
     B, S = problem.B, problem.S
     cb = tb.backward(mode)
     if mode == "stash":
-        fwd = tuple(local_greedy_sizes(B, _best_size(tb.fwd[s] + cb[s])) for s in range(S))
+        # a stage with more than one microbatch runs far backwards under gpipe (MODEL.md §1b)
+        far = tb.backward_far(mode).copy()
+        far[:, B] = cb[:, B]
+        fwd = tuple(local_greedy_sizes(B, _best_size(tb.fwd[s] + far[s])) for s in range(S))
         return Plan(fwd=fwd, bwd=fwd, mode=mode)
     fwd = tuple(local_greedy_sizes(B, _best_size(tb.fwd[s])) for s in range(S))
     bwd = tuple(local_greedy_sizes(B, _best_size(cb[s])) for s in range(S))

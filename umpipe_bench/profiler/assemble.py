@@ -20,6 +20,7 @@ import torch
 from ..problem import Link, Problem, StageCosts, StageMemory
 from .engine import Measurements
 from .link import LinkCalibration
+from .locality import far_factor
 
 __all__ = ["HOW", "ProfileSettings", "assemble", "boundary_links", "provenance", "stage_costs"]
 
@@ -87,6 +88,7 @@ def stage_costs(meas: Measurements, mem: Sequence[Any], rigs_layers: Sequence[tu
     """One :class:`StageCosts` per stage: median tables, memory, name, noise per cell."""
     stages = []
     for s, (a, b) in enumerate(rigs_layers):
+        bwd_far, loc_extra = _locality(meas, s)
         names = layer_names[a:b]
         label = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
         stages.append(
@@ -112,10 +114,30 @@ def stage_costs(meas: Measurements, mem: Sequence[Any], rigs_layers: Sequence[tu
                     "weights_bytes": mem[s].weights_bytes,
                     "grad_bytes": mem[s].grad_bytes,
                     "optimizer_state_bytes": mem[s].optimizer_state_bytes,
+                    **loc_extra,
                 },
+                bwd_far=bwd_far,
             )
         )
     return stages
+
+
+def _locality(meas: Measurements, s: int) -> tuple[float | None, dict[str, Any]]:
+    """Stage ``s``'s factor ``bwd_far`` and its ``extra.locality`` record (None, {}: not
+    measured)."""
+    if not meas.locality or not meas.locality[s]:
+        return None, {}
+    rounds = meas.locality[s]
+    factor, raw = far_factor(rounds)
+    ratios = [r.ratio for r in rounds]
+    return round(factor, 4), {"locality": {
+        "sizes": list(meas.locality_sizes or ()),
+        "ratio_median": round(raw, 4),
+        "ratio_min": round(min(ratios), 4),
+        "ratio_max": round(max(ratios), 4),
+        "near_bwd_median": sorted(r.near_bwd for r in rounds)[len(rounds) // 2],
+        "far_bwd_median": sorted(r.far_bwd for r in rounds)[len(rounds) // 2],
+    }}
 
 
 def boundary_links(mem: Sequence[Any], cal: LinkCalibration) -> list[Link]:
@@ -157,6 +179,14 @@ def provenance(model: str, config: dict[str, Any], lps: Sequence[int], meas: Mea
         "memory": HOW["memory"],
         "links": HOW["links"],
     }
+    if meas.locality_sizes is not None:
+        sizes = list(meas.locality_sizes)
+        how["bwd_far"] = (
+            f"median over the rounds of far/near summed-backward ratios: one locality cell per "
+            f"stage and round runs the reference EDP({len(sizes)}) microbatches {sizes} of the "
+            "mini-batch (M = 4, or B if B < 4) as F(1)..F(M) B(1)..B(M) (far) and "
+            "F(1)B(1)..F(M)B(M) (near), both timed, order alternating by round; clamped to "
+            "[0.25, 4]; raw ratios in stages[s].extra.locality")
     return {
         "source": "profiled",
         "model": model,

@@ -10,11 +10,15 @@ What is measured for each stage ``s`` and size ``m`` of the grid (docs/MODEL.md 
   autograd, then backward. It is a separate pass, not ``fwd + bwd`` added up.
 * ``opt[s]``: one optimizer step over the stage's parameters (gradients present).
 
+* ``bwd_far[s]`` (optional): far/near backward time ratio of the stage (docs/MODEL.md §1b),
+  from one backward locality cell per stage (:mod:`.locality`).
+
 Timing order. After ``warmup`` discarded rounds, each of ``repeats`` rounds visits every cell
-(stage x size, plus one optimizer cell per stage) once; round ``r`` starts at a different
-offset of the cell list (a rotation), and the stash and recompute passes of a cell swap order
-every round. Slow drift of the machine therefore lands on all cells alike instead of on the
-sizes measured last. Each figure is the median over the rounds; its noise figure is max/min.
+(stage x size, plus one optimizer cell and maybe one locality cell per stage) once; round
+``r`` starts at a different offset of the cell list (a rotation), and the stash and recompute
+passes of a cell swap order every round. Slow drift of the machine therefore lands on all cells
+alike instead of on the sizes measured last. Each figure is the median over the rounds; its
+noise figure is max/min.
 
 Clocks: on CPU ``time.perf_counter`` around synchronous ops (wall time, what a pipeline
 sees); on CUDA, CUDA events recorded in the stream and read after ``torch.cuda.synchronize()``.
@@ -33,9 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 
 from ..errors import ProfileError
+from .locality import LocalityRound, locality_round
+from .rig import StageRig, prepare_rigs, stage_backward, stage_forward
 
 __all__ = [
     "CLOCKS",
@@ -48,6 +53,8 @@ __all__ = [
     "measure_cells",
     "measure_memory",
     "prepare_rigs",
+    "stage_backward",
+    "stage_forward",
 ]
 
 
@@ -112,102 +119,12 @@ def make_clock(device: torch.device, kind: str = "wall") -> Clock:
     return Clock()
 
 
-@dataclass
-class StageRig:
-    """One stage ready to be timed: its layers, its input at the largest size, the gradient
-    that would arrive from the next stage (None on the last stage) or the targets (last stage
-    only), and an optimizer over its parameters (None when it has none)."""
-
-    index: int
-    layers: tuple[int, int]  # [first, last) model layer indices
-    module: nn.Module
-    inputs: torch.Tensor
-    needs_input_grad: bool
-    grad_out: torch.Tensor | None
-    targets: torch.Tensor | None
-    optimizer: torch.optim.Optimizer | None
-    loss_scale: float = 1.0
-
-
-def _make_optimizer(params: list[nn.Parameter], name: str) -> torch.optim.Optimizer | None:
-    if not params:
-        return None
-    if name == "adam":
-        return torch.optim.Adam(params, lr=1e-6)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-6, momentum=0.9)
-    raise ProfileError(f"unknown optimizer {name!r}; valid optimizers: adam, sgd")
-
-
-def prepare_rigs(
-    layers: Sequence[nn.Module],
-    layers_per_stage: Sequence[int],
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    optimizer: str,
-    seed: int,
-) -> list[StageRig]:
-    """Group ``layers`` into stages and capture each stage's real input (one forward of the
-    whole batch without autograd), plus a seeded random output gradient for inner stages."""
-    B = int(inputs.shape[0])
-    rigs: list[StageRig] = []
-    gen = torch.Generator().manual_seed(seed + 1)
-    h = inputs
-    first = 0
-    S = len(layers_per_stage)
-    for s, k in enumerate(layers_per_stage):
-        module = nn.Sequential(*layers[first : first + k])
-        stage_in = h.detach()
-        with torch.no_grad():
-            h = module(stage_in)
-        last = s == S - 1
-        grad_out = None
-        if not last:
-            grad_out = torch.randn(h.shape, generator=gen, dtype=torch.float64)
-            grad_out = (grad_out / math.sqrt(h[0].numel())).to(h.dtype).to(h.device)
-        rigs.append(
-            StageRig(
-                index=s,
-                layers=(first, first + k),
-                module=module,
-                inputs=stage_in,
-                needs_input_grad=s > 0 and stage_in.is_floating_point(),
-                grad_out=grad_out,
-                targets=targets if last else None,
-                optimizer=_make_optimizer(list(module.parameters()), optimizer),
-                loss_scale=1.0 / B,
-            )
-        )
-        first += k
-    return rigs
-
-
-def _forward(
-    rig: StageRig, m: int, loss_fn: Callable[[Any, Any], torch.Tensor]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    x = rig.inputs[:m]
-    if rig.needs_input_grad:
-        x = x.detach().requires_grad_(True)
-    out = rig.module(x)
-    if rig.targets is not None:
-        out = loss_fn(out, rig.targets[:m]) * rig.loss_scale
-    return x, out
-
-
-def _backward(rig: StageRig, out: torch.Tensor, m: int) -> None:
-    if rig.grad_out is None:
-        out.backward()
-    else:
-        out.backward(rig.grad_out[:m])
-
-
 def _stash_pass(rig: StageRig, m: int, loss_fn: Callable, clock: Clock) -> tuple[float, float]:
     clock.sync()
     t0 = clock.mark()
-    _, out = _forward(rig, m, loss_fn)
+    _, out = stage_forward(rig, m, loss_fn)
     t1 = clock.mark()
-    _backward(rig, out, m)
+    stage_backward(rig, out, m)
     t2 = clock.mark()
     clock.sync()
     return clock.seconds(t0, t1), clock.seconds(t1, t2)
@@ -216,8 +133,8 @@ def _stash_pass(rig: StageRig, m: int, loss_fn: Callable, clock: Clock) -> tuple
 def _recompute_pass(rig: StageRig, m: int, loss_fn: Callable, clock: Clock) -> float:
     clock.sync()
     t0 = clock.mark()
-    _, out = _forward(rig, m, loss_fn)
-    _backward(rig, out, m)
+    _, out = stage_forward(rig, m, loss_fn)
+    stage_backward(rig, out, m)
     t1 = clock.mark()
     clock.sync()
     return clock.seconds(t0, t1)
@@ -253,7 +170,8 @@ class CellStats:
 
 @dataclass
 class Measurements:
-    """Per stage and size index: fwd/bwd/rbwd statistics; per stage: opt statistics."""
+    """Per stage and size index: fwd/bwd/rbwd statistics; per stage: opt statistics and,
+    when measured, the backward locality rounds (docs/MODEL.md §1b) on ``locality_sizes``."""
 
     sizes: tuple[int, ...]
     fwd: list[list[CellStats]] = field(default_factory=list)
@@ -262,6 +180,11 @@ class Measurements:
     opt: list[CellStats] = field(default_factory=list)
     cells_per_round: int = 0
     rounds: int = 0
+    locality: list[list[LocalityRound]] = field(default_factory=list)
+    locality_sizes: tuple[int, ...] | None = None
+
+
+_LOCALITY = -1  # the cell index of a stage's backward locality cell
 
 
 def _cell_order(n_cells: int, round_index: int, repeats: int) -> list[int]:
@@ -281,9 +204,13 @@ def measure_cells(
     warmup: int = 1,
     recompute: bool = True,
     opt: bool = True,
+    locality: Sequence[int] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Measurements:
     """Time every (stage, size) cell and every stage's optimizer step, interleaved.
+
+    ``locality``: microbatch sizes of one backward locality cell per stage (a near and a far
+    pass, :func:`.locality.locality_round`, docs/MODEL.md §1b), visited in the same rounds.
 
     ``recompute=False`` skips the rbwd pass (its statistics then copy ``fwd + bwd`` medians and
     are marked with noise NaN); ``opt=False`` skips optimizer cells (opt = 0). Those two
@@ -298,11 +225,14 @@ def measure_cells(
     ]
     if opt:
         cells += [(s, None) for s in range(len(rigs))]
+    if locality is not None:
+        cells += [(s, _LOCALITY) for s in range(len(rigs))]
     S, n = len(rigs), len(sizes)
     f_s = [[[] for _ in range(n)] for _ in range(S)]
     b_s = [[[] for _ in range(n)] for _ in range(S)]
     r_s = [[[] for _ in range(n)] for _ in range(S)]
     o_s: list[list[float]] = [[] for _ in range(S)]
+    loc: list[list[LocalityRound]] = [[] for _ in range(S)]
     total = warmup + repeats
     for r in range(total):
         keep = r >= warmup
@@ -313,6 +243,10 @@ def measure_cells(
                 t = _opt_pass(rig, clock)
                 if keep:
                     o_s[s].append(t)
+            elif i == _LOCALITY:
+                lr = locality_round(rig, locality or (), loss_fn, clock, r)
+                if keep:
+                    loc[s].append(lr)
             else:
                 m = sizes[i]
                 stash_first = r % 2 == 0 or not recompute
@@ -329,7 +263,9 @@ def measure_cells(
                         r_s[s][i].append(tr)
             if progress is not None:
                 progress(1)
-    out = Measurements(sizes=tuple(sizes), cells_per_round=len(cells), rounds=total)
+    out = Measurements(sizes=tuple(sizes), cells_per_round=len(cells), rounds=total,
+                       locality=loc if locality is not None else [],
+                       locality_sizes=None if locality is None else tuple(locality))
     for s in range(S):
         out.fwd.append([CellStats.of(f_s[s][i]) for i in range(n)])
         out.bwd.append([CellStats.of(b_s[s][i]) for i in range(n)])
@@ -386,12 +322,12 @@ def measure_memory(
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        x, out = _forward(rig, m, loss_fn)
+        x, out = stage_forward(rig, m, loss_fn)
     if rig.targets is None:
         output_bytes = _nbytes(out) / m
     else:
         output_bytes = 0.0
-    _backward(rig, out, m)
+    stage_backward(rig, out, m)
     input_grad = _nbytes(x.grad) / m if x.grad is not None else 0.0
     weights = sum(_nbytes(p) for p in params)
     grads = sum(_nbytes(p.grad) for p in params if p.grad is not None)

@@ -33,6 +33,7 @@ from .corunner import co_runner
 from .engine import Measurements, make_clock, measure_cells, measure_memory, prepare_rigs
 from .link import LinkCalibration, calibrate_link
 from .linkfit import message_grid
+from .locality import reference_sizes
 from .partition import balanced_partition, check_layers_per_stage, one_per_stage, size_grid
 
 __all__ = ["Grouping", "LinkFigures", "Profiler", "layer_costs_from_problem", "profile_model"]
@@ -105,6 +106,7 @@ def profile_model(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     co_run: bool = False,
+    locality: bool = True,
 ) -> Problem:
     """Profile ``model`` (a name from :func:`problems.models.get_model`) at mini-batch ``B``.
 
@@ -117,11 +119,14 @@ def profile_model(
     ``co_run=True`` times the rounds while a co-runner process trains the same model on
     another core (:mod:`.corunner`): the load a CPU pipeline's neighbouring stage puts on the
     shared memory system.
+    ``locality=True`` also measures each stage's backward locality factor ``bwd_far``
+    (docs/MODEL.md §1b, :mod:`.locality`) inside the same rounds; False leaves it absent.
     """
     profiler = Profiler(model, B=B, grouping=grouping, config=config, device=device,
                         threads=threads, repeats=repeats, warmup=warmup, optimizer=optimizer,
                         dtype=dtype, seed=seed, clock=clock, link=link,
-                        link_backend=link_backend, progress=progress, log=log, co_run=co_run)
+                        link_backend=link_backend, progress=progress, log=log, co_run=co_run,
+                        locality=locality)
     return profiler.run(name)
 
 
@@ -136,13 +141,15 @@ class Profiler:
                  device: str, threads: int | None, repeats: int, warmup: int, optimizer: str,
                  dtype: str, seed: int, clock: str, link: LinkFigures | None,
                  link_backend: str, progress: bool, log: Callable[[str], None] | None,
-                 co_run: bool) -> None:
+                 co_run: bool, locality: bool = True) -> None:
         self.model, self.B, self.grouping = model, B, grouping
         self.config = dict(config or {})
         self.threads, self.repeats, self.warmup = threads, repeats, warmup
         self.optimizer, self.dtype, self.seed, self.clock = optimizer, dtype, seed, clock
         self.link, self.link_backend = link, link_backend
         self.progress, self.co_run = progress, co_run
+        # one microbatch has no far order: nothing to measure at B = 1
+        self.locality = reference_sizes(B) if locality and B > 1 else None
         self.say = log or (lambda _msg: None)
         self._check(device)
         self.dev = torch.device(device)
@@ -233,7 +240,8 @@ class Profiler:
     def time_rounds(self, rigs: Sequence[Any]) -> Measurements:
         """The timed rounds over every (stage, size) cell, maybe beside a co-runner."""
         sizes = size_grid(self.B)
-        bar = _progress_bar(len(rigs) * (len(sizes) + 1) * (self.warmup + self.repeats),
+        per_stage = len(sizes) + 1 + (self.locality is not None)
+        bar = _progress_bar(len(rigs) * per_stage * (self.warmup + self.repeats),
                             self.model, self.progress)
         if self.co_run:
             self.say(f"co-runner: training {self.model} at size {self._co_m} in another "
@@ -243,6 +251,7 @@ class Profiler:
                            enabled=self.co_run):
                 return measure_cells(rigs, sizes, self.spec.loss, self.timer,
                                      repeats=self.repeats, warmup=self.warmup,
+                                     locality=self.locality,
                                      progress=bar.update if bar is not None else None)
         finally:
             if bar is not None:
