@@ -44,6 +44,7 @@ from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_popul
 from .loop import Evaluate, SearchAlgorithm, SearchPlanner
 from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from .seeding import add_family_seeds, initial_population, seed_plans
+from .threads import apply_threads, parse_threads
 
 __all__ = ["TiDGAP", "TiDGAPEngine"]
 
@@ -254,7 +255,9 @@ class TiDGAP(SearchPlanner):
     (probability that a mutation also copies one stage's partition onto a neighbour stage:
     aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
     python), ``device`` (torch backend: e.g. ``cuda``) and ``threads`` (numba backend: the
-    population split over this many threads), ``schedule`` (``family``: the plan space from
+    population split over this many threads; ``auto``, the default: 2 threads for an
+    evaluator call whose work ``N*S*B`` is at least :data:`.threads.AUTO_WORK`, else 1,
+    :mod:`.threads`), ``schedule`` (``family``: the plan space from
     GPipe to 1F1B, per-stage in-flight cap genes beside the two chromosomes, seeded with the
     best GPipe-EDP and 1F1B-EDP plans that fit, docs/SCHEDULES.md; ``gpipe``: the GPipe
     schedule only, any backend) and ``cap_rate`` (expected cap genes redrawn per mutation).
@@ -264,7 +267,7 @@ class TiDGAP(SearchPlanner):
     default_budget = "evals:200000"
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 2.0, "shift_rate": 4.0,
                 "patience": 0, "copy_rate": 1.0,
-                "backend": "auto", "device": "", "threads": 1, "schedule": "family",
+                "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
@@ -277,16 +280,21 @@ class TiDGAP(SearchPlanner):
             raise PlannerError(f"planner {self.name!r}: patience must be >= 0")
         if not 0.0 <= s["copy_rate"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
-        if s["threads"] < 1:
-            raise PlannerError(f"planner {self.name!r}: threads must be >= 1")
+        s["threads"] = parse_threads(self.name, s["threads"])
         check_schedule_setting(self.name, s)
         return s
 
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
                        ) -> Objective:
+        objective: CutBitsObjective | FamilyObjective
         if settings["schedule"] == "family":
-            return FamilyObjective(problem, mode)
-        return super().make_objective(problem, mode, settings)
+            objective = FamilyObjective(problem, mode)
+        else:
+            objective = CutBitsObjective(problem, mode, str(settings["backend"]),
+                                         settings["device"] or None)
+        if objective.backend == "numba":
+            apply_threads(objective.evaluator, settings["threads"], problem.S, problem.B)
+        return objective
 
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective
