@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..problem import Problem
-from .base import Budget, PlannerError
+from .base import Budget, PlannerError, PlanResult
 from .caps import clamp_caps, memory_cap_limits, random_caps
 from .encoding import random_bits
 from .evaluator import BACKENDS
@@ -46,7 +46,19 @@ from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from .seeding import add_family_seeds, initial_population, seed_plans
 from .threads import apply_threads, parse_threads
 
-__all__ = ["TiDGAP", "TiDGAPEngine"]
+__all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "TiDGAP", "TiDGAPEngine", "default_evaluations"]
+
+#: TiDGAP's default budget grows with the chromosome: ``max(BUDGET_FLOOR, BUDGET_PER_BIT *
+#: S*(B-1))`` evaluations (:func:`default_evaluations`). The floor is the budget measured on
+#: gpt1-14 and vgg16 (results/perf/quality.md); at S = 64, B = 1024 it left more than 1 % to
+#: gain from doubling it (results/perf/convergence.md).
+BUDGET_FLOOR = 200_000
+BUDGET_PER_BIT = 12
+
+
+def default_evaluations(problem: Problem) -> int:
+    """The default evaluation budget for ``problem`` (see :data:`BUDGET_FLOOR`)."""
+    return max(BUDGET_FLOOR, BUDGET_PER_BIT * problem.S * (problem.B - 1))
 
 
 class TiDGAPEngine(SearchAlgorithm):
@@ -54,7 +66,7 @@ class TiDGAPEngine(SearchAlgorithm):
 
     def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
                  population: int, seed: int | None,
-                 objective: Objective | None = None) -> None:
+                 objective: Objective | None = None, evaluations: int | None = None) -> None:
         from . import _variation
 
         self._vary = _variation
@@ -87,6 +99,12 @@ class TiDGAPEngine(SearchAlgorithm):
         self.fails = 0
         self.neutral = 0
         self.phase = "ga"  # or "local" (around the best) or "restart" (fresh random rest)
+        # polish: the last ``polish`` fraction of an evaluation budget is local generations
+        polish = float(settings.get("polish", 0.0))
+        self.polish_from = (None if evaluations is None or polish <= 0
+                            else evaluations * (1.0 - polish))
+        self.polishing = False
+        self.used = 0  # evaluations this engine asked for (setup and generations)
         self._nc = 0
         self._nu = self._vary.uniforms_needed(self.P, int(settings["tournament"]),
                                               float(settings["flip_rate"]),
@@ -125,6 +143,12 @@ class TiDGAPEngine(SearchAlgorithm):
     # ---------------------------------------------------------------- ask/tell hooks
     def setup(self, evaluate: Evaluate) -> None:
         s = self.settings
+        counted = evaluate
+
+        def evaluate(g: Genomes) -> np.ndarray:
+            self.used += len(g)
+            return counted(g)
+
         seeds = seed_plans(self.problem, self.mode, self._bits_eval(evaluate),
                            int(s["edp_seeds"]), bool(s["greedy_seeds"]))
         if self.family:
@@ -197,6 +221,10 @@ class TiDGAPEngine(SearchAlgorithm):
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
         nxt = 1 - self.cur
         self.generation += 1
+        self.used += int(times.size)
+        if self.polishing:
+            self._polish_step(times)
+            return
         if self.phase == "local":
             # A local generation only moves the best individual (Lamarckian): to its best
             # neighbour when that is better, or equal (a step along a plateau: T is a max over
@@ -230,12 +258,31 @@ class TiDGAPEngine(SearchAlgorithm):
         if self.stale == 0:
             self.fails = 0
         self.phase = "ga"
+        if self.polish_from is not None and self.used >= self.polish_from:
+            self.polishing = True
+            self.phase = "local"
+            return
         if 0 < self.patience <= self.stale:
             # Stuck: search around the best; stuck again right after: restart the rest.
             self.phase = "restart" if self.fails >= 2 else "local"
             if self.phase == "restart":
                 self.fails = 0
                 self.stale = 0
+
+    def _polish_step(self, times: np.ndarray) -> None:
+        """A polishing generation: the best moves to its best sampled neighbour when that is
+        better or equal (equal: a step along the plateau of T, a max over stages)."""
+        if times.size:
+            nxt = 1 - self.cur
+            j = int(np.argmin(times))
+            e = int(self.elite_idx[0])
+            if times[j] <= self.times[e]:
+                self.pop_f[e] = self._f[nxt][j]
+                if self.recompute:
+                    self.pop_b[e] = self._b[nxt][j]
+                self.pop_k[e] = self._k[nxt][j]
+                self.times[e] = times[j]
+        self._update_elites()
 
     def best(self) -> tuple[Genomes, float]:
         i = int(self.elite_idx[0])
@@ -246,11 +293,17 @@ class TiDGAPEngine(SearchAlgorithm):
 class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
+    Budget: without one, ``evals:max(200000, 12*S*(B-1))`` (:func:`default_evaluations`: the
+    budget grows with the chromosome so that it converges at S = 64, B = 1024,
+    results/perf/convergence.md); any ``--budget`` overrides it.
+
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
     :func:`.ga.population_size`; ``flip_rate`` 2 and ``shift_rate`` 4 here: twice DGAP's,
     measured on vgg16 in results/perf/quality.md), ``patience``
     (generations without improvement before a local generation; 0, the default: never),
+    ``polish`` (the last fraction of an evaluation budget spent on local generations around
+    the best, each best move accepted when better or equal; 0, the default: none),
     ``copy_rate``
     (probability that a mutation also copies one stage's partition onto a neighbour stage:
     aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
@@ -264,11 +317,23 @@ class TiDGAP(SearchPlanner):
     """
 
     name = "tidgap"
-    default_budget = "evals:200000"
+    #: The floor; :meth:`plan` without a budget uses :meth:`budget_for` (grows with S*(B-1)).
+    default_budget = f"evals:{BUDGET_FLOOR}"
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 2.0, "shift_rate": 4.0,
-                "patience": 0, "copy_rate": 1.0,
+                "patience": 0, "copy_rate": 1.0, "polish": 0.0,
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
+
+    def budget_for(self, problem: Problem) -> str:
+        """The default budget on ``problem``: ``evals:max(200000, 12*S*(B-1))``."""
+        return f"evals:{default_evaluations(problem)}"
+
+    def plan(self, problem: Problem, *, mode: str = "stash", budget: str | Budget | None = None,
+             seed: int | None = 0, progress: bool = False) -> PlanResult:
+        """:meth:`.base.Planner.plan`; no ``budget``: :meth:`budget_for` the problem."""
+        return super().plan(problem, mode=mode,
+                            budget=self.budget_for(problem) if budget is None else budget,
+                            seed=seed, progress=progress)
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         s = check_ga_settings(self.name, settings)
@@ -278,6 +343,9 @@ class TiDGAP(SearchPlanner):
                 f"{', '.join(BACKENDS)}")
         if s["patience"] < 0:
             raise PlannerError(f"planner {self.name!r}: patience must be >= 0")
+        if not 0.0 <= s["polish"] < 1.0:
+            raise PlannerError(f"planner {self.name!r}: polish must be in [0, 1), got "
+                               f"{s['polish']}")
         if not 0.0 <= s["copy_rate"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
         s["threads"] = parse_threads(self.name, s["threads"])
@@ -300,4 +368,4 @@ class TiDGAP(SearchPlanner):
                        budget: Budget, seed: int | None, objective: Objective
                        ) -> SearchAlgorithm:
         P = ga_population(self.name, problem, mode, settings, budget)
-        return TiDGAPEngine(problem, mode, settings, P, seed, objective)
+        return TiDGAPEngine(problem, mode, settings, P, seed, objective, budget.evaluations)
