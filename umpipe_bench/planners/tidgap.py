@@ -14,15 +14,17 @@ Same encoding, seeding, operator distributions, elitism and budget accounting as
   object, clone, fitness wrapper or per-generation plan decoding (PERF-ANCHORS.md).
 
 Robustness over seeds (the same budget, less luck) comes from a large population (up to 1024,
-:func:`.ga.population_size`), twice DGAP's mutation rates and a stage-copy mutation (a stage
-takes a neighbour stage's partition, ``copy_rate``). Optionally, when the best has not improved
-for ``patience`` generations, the next generation is a *local* one: every offspring is the best
-individual plus one random move (a flip or a boundary shift; :func:`._variation.vary`), a
-sampled neighbourhood of the best, and the best neighbour replaces the best if it is better
-(the rest of the population is kept, so it keeps its diversity). Local generations repeat
-while they improve the best. When the GA is stuck again right after two local searches
-failed, the next generation *restarts* the population: fresh random individuals beside the
-elites. ``patience=0`` (the default) turns both off: with the population, mutation rates and
+:func:`.ga.population_size`), mutation that moves boundaries more than it adds or removes them
+(DGAP's flip rate, four times its shift rate: on the schedule family the vgg16 median moved from
++1.0-1.8 % to within 1 % of the best known plan, results/perf/quality.md) and a stage-copy
+mutation (a stage takes a neighbour stage's partition, ``copy_rate``). Optionally, when the best
+has not improved for ``patience`` generations, the next generation is a *local* one: every
+offspring is the best individual plus one random move (a flip or a boundary shift;
+:func:`._variation.vary`), a sampled neighbourhood of the best, and the best neighbour replaces
+the best if it is better (the rest of the population is kept, so it keeps its diversity). Local
+generations repeat while they improve the best. When the GA is stuck again right after two local
+searches failed, the next generation *restarts* the population: fresh random individuals beside
+the elites. ``patience=0`` (the default) turns both off: with the population, mutation rates and
 stage-copy mutation below, they did not help at the default budget (results/perf/quality.md).
 
 Randomness comes from one ``numpy.random.Generator(seed)``: same seed, same result (for
@@ -299,8 +301,9 @@ class TiDGAP(SearchPlanner):
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
-    :func:`.ga.population_size`; ``flip_rate`` 2 and ``shift_rate`` 4 here: twice DGAP's,
-    measured on vgg16 in results/perf/quality.md), ``patience``
+    :func:`.ga.population_size`; ``flip_rate`` 1 and ``shift_rate`` 8 here: DGAP's flips and
+    four times its boundary shifts, measured on the schedule family in
+    results/perf/quality.md), ``patience``
     (generations without improvement before a local generation; 0, the default: never),
     ``polish`` (the last fraction of an evaluation budget spent on local generations around
     the best, each best move accepted when better or equal; 0, the default: none),
@@ -319,7 +322,7 @@ class TiDGAP(SearchPlanner):
     name = "tidgap"
     #: The floor; :meth:`plan` without a budget uses :meth:`budget_for` (grows with S*(B-1)).
     default_budget = f"evals:{BUDGET_FLOOR}"
-    defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 2.0, "shift_rate": 4.0,
+    defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
                 "patience": 0, "copy_rate": 1.0, "polish": 0.0,
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
