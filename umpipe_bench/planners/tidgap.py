@@ -15,17 +15,18 @@ Same encoding, seeding, operator distributions, elitism and budget accounting as
 
 Robustness over seeds (the same budget, less luck) comes from a large population (up to 1024,
 :func:`.ga.population_size`), mutation that moves boundaries more than it adds or removes them
-(DGAP's flip rate, four times its shift rate: on the schedule family the vgg16 median moved from
-+1.0-1.8 % to within 1 % of the best known plan, results/perf/quality.md) and a stage-copy
-mutation (a stage takes a neighbour stage's partition, ``copy_rate``). Optionally, when the best
-has not improved for ``patience`` generations, the next generation is a *local* one: every
-offspring is the best individual plus one random move (a flip or a boundary shift;
-:func:`._variation.vary`), a sampled neighbourhood of the best, and the best neighbour replaces
-the best if it is better (the rest of the population is kept, so it keeps its diversity). Local
-generations repeat while they improve the best. When the GA is stuck again right after two local
-searches failed, the next generation *restarts* the population: fresh random individuals beside
-the elites. ``patience=0`` (the default) turns both off: with the population, mutation rates and
-stage-copy mutation below, they did not help at the default budget (results/perf/quality.md).
+(DGAP's flip rate, four times its shift rate: on the schedule family, at the same budget, the
+median gap to the best known plan fell from +3.2 % to +2.0 % on vgg16 recompute and from +2.4 %
+to +1.6 % on gpt1-14 stash, results/perf/quality.md) and a stage-copy mutation (a stage takes a
+neighbour stage's partition, ``copy_rate``). Optionally, when the best has not improved for
+``patience`` generations, the next generation is a *local* one: every offspring is the best
+individual plus one random move (a flip or a boundary shift; :func:`._variation.vary`), a
+sampled neighbourhood of the best, and the best neighbour replaces the best if it is better (the
+rest of the population is kept, so it keeps its diversity). Local generations repeat while they
+improve the best. When the GA is stuck again right after two local searches failed, the next
+generation *restarts* the population: fresh random individuals beside the elites. ``patience=0``
+(the default) turns both off: with the population, mutation rates and stage-copy mutation below,
+they did not help at the default budget (results/perf/quality.md).
 
 Randomness comes from one ``numpy.random.Generator(seed)``: same seed, same result (for
 evaluation and generation budgets; a seconds budget stops wherever the clock says).
