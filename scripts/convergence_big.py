@@ -24,23 +24,29 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", nargs="+", default=["stash"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", default=None,
+                    help="evals:N to double instead of TiDGAP's default on this problem")
+    ap.add_argument("--threads", default="auto", help="TiDGAP's threads setting")
     args = ap.parse_args()
     problem = synthetic_problem(64, 1024, 0)
-    default = Budget.parse(TiDGAP.default_budget)
+    default = Budget.parse(args.budget or TiDGAP().budget_for(problem))
     assert default.evaluations is not None
     double = Budget(evaluations=2 * default.evaluations)
     greedy_dp_plan(synthetic_problem(3, 8, 0), "stash")  # compile
-    print(f"Command: `python scripts/convergence_big.py --modes {' '.join(args.modes)}`\n")
-    print("| mode | T default | T doubled | gain from doubling | run s (default) | "
+    print(f"Command: `python scripts/convergence_big.py --modes {' '.join(args.modes)}"
+          f"{f' --budget {args.budget}' if args.budget else ''} --threads {args.threads}`\n")
+    print("| mode | budget | T default | T doubled | gain from doubling | run s (default) | "
           "greedy-dp s | greedy share | load |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for mode in args.modes:
         t0 = time.perf_counter()
         greedy_dp_plan(problem, mode)
         g = time.perf_counter() - t0
-        a = TiDGAP().plan(problem, mode=mode, seed=args.seed, budget=default)
-        b = TiDGAP().plan(problem, mode=mode, seed=args.seed, budget=double)
-        print(f"| {mode} | {a.iteration_time:.4f} | {b.iteration_time:.4f} | "
+        a = TiDGAP(threads=args.threads).plan(problem, mode=mode, seed=args.seed,
+                                              budget=default)
+        b = TiDGAP(threads=args.threads).plan(problem, mode=mode, seed=args.seed, budget=double)
+        print(f"| {mode} | evals:{default.evaluations} | {a.iteration_time:.4f} | "
+              f"{b.iteration_time:.4f} | "
               f"{1 - b.iteration_time / a.iteration_time:.2%} | {a.wall_time:.1f} | {g:.2f} | "
               f"{g / a.wall_time:.1%} | {os.getloadavg()[0]:.1f} |", flush=True)
     return 0

@@ -58,8 +58,11 @@ def test_run_resume_and_outputs(tmp_path):
         assert lb <= T * (1 + 1e-12)  # the bound holds on every row
         assert float(r["T_gpipe"]) >= T * (1 - 1e-12)  # the best is never worse than EDP
         assert float(r["gap_to_bound"]) == pytest.approx(T / lb - 1, rel=1e-6)
-        if r["h"] == "0":  # identical stages: nothing to gain over GPipe-EDP
-            assert float(r["speedup_vs_gpipe"]) == pytest.approx(0.0, abs=1e-9)
+        # T_best = min(planner, GPipe-EDP) by construction. (Identical stages, h = 0, gain
+        # nothing from unequal microbatches under GPipe, but TiDGAP searches the schedule
+        # family: caps [6, 6, 1], the last stage alternating F and B, beat the best GPipe-EDP
+        # and 1F1B-EDP by 2.4 % on sim-mix-s3-b6-h0-s0 stash; results/perf/quality.md.)
+        assert float(r["speedup_vs_gpipe"]) >= -1e-12
     assert run_study(tmp_path, pts, planner="tidgap", budget="evals:300",
                      progress=False) == (0, 0)
     paths = write_outputs(tmp_path)

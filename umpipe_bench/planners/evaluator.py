@@ -32,7 +32,8 @@ from ..simulator import gpipe_recurrence
 from ._closed_form import NUMPY_OPS, closed_form_backward, closed_form_forward
 from .encoding import bits_to_plan, plan_to_bits, plans_to_bits
 
-__all__ = ["BACKENDS", "PopulationEvaluator", "bits_to_plan", "plan_to_bits", "plans_to_bits"]
+__all__ = ["BACKENDS", "PopulationEvaluator", "bits_to_plan", "plan_to_bits", "plans_to_bits",
+           "run_row_blocks"]
 
 BACKENDS = ("auto", "numba", "numpy", "torch", "python")
 
@@ -56,6 +57,23 @@ def _pool(workers: int) -> Any:
         _POOLS[workers] = ThreadPoolExecutor(max_workers=workers,
                                              thread_name_prefix="umpipe-eval")
     return _POOLS[workers]
+
+
+def run_row_blocks(n: int, run: Any, threads: int, min_rows: int) -> None:
+    """``run(lo, hi)`` over ``n`` rows in up to ``threads`` blocks of at least ``min_rows``
+    rows (one block: no thread). The numba kernels release the GIL, so the blocks run in
+    parallel; the first block runs on the calling thread. Both evaluators use this one
+    runner (:class:`PopulationEvaluator`, :class:`.family.FamilyEvaluator`)."""
+    k = min(threads, n // max(min_rows, 1))
+    if k <= 1:
+        run(0, n)
+        return
+    bounds = np.linspace(0, n, k + 1).astype(int)
+    pool = _pool(k - 1)
+    futures = [pool.submit(run, int(bounds[i]), int(bounds[i + 1])) for i in range(1, k)]
+    run(0, int(bounds[1]))
+    for f in futures:
+        f.result()
 
 
 def kernel_tables(problem: Problem, mode: str) -> dict[str, np.ndarray]:
@@ -133,16 +151,7 @@ class PopulationEvaluator:
     def _rows(self, n: int, run: Any) -> None:
         """``run(lo, hi)`` over row blocks: one block per thread when there are enough rows
         (the numba kernels release the GIL, so the blocks run in parallel)."""
-        k = min(self.threads, n // self.MIN_ROWS_PER_THREAD)
-        if k <= 1:
-            run(0, n)
-            return
-        bounds = np.linspace(0, n, k + 1).astype(int)
-        pool = _pool(k - 1)
-        futures = [pool.submit(run, int(bounds[i]), int(bounds[i + 1])) for i in range(1, k)]
-        run(0, int(bounds[1]))
-        for f in futures:
-            f.result()
+        run_row_blocks(n, run, self.threads, self.MIN_ROWS_PER_THREAD)
 
     # ------------------------------------------------------------------ passes
     def forward(self, fbits: np.ndarray) -> np.ndarray:

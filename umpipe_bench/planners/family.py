@@ -20,7 +20,7 @@ import numpy as np
 from ..memory import capacities, memory_figures
 from ..plan import Plan
 from ..problem import Problem
-from .evaluator import kernel_tables, plan_to_bits, population_bits
+from .evaluator import kernel_tables, plan_to_bits, population_bits, run_row_blocks
 
 __all__ = ["FamilyEvaluator"]
 
@@ -35,10 +35,20 @@ class FamilyEvaluator:
     """Iteration times and peaks of populations under the capped family.
 
     ``memory_cap`` (bytes, every stage) overrides the problem's stage/device capacities
-    (:func:`umpipe_bench.memory.capacities`); without either nothing is capped.
+    (:func:`umpipe_bench.memory.capacities`); without either nothing is capped. ``threads``:
+    a call's rows are split over up to this many threads in blocks of at least
+    ``MIN_ROWS_PER_THREAD`` rows (:func:`.evaluator.run_row_blocks`; results do not depend
+    on it).
     """
 
-    def __init__(self, problem: Problem, mode: str, memory_cap: float | None = None) -> None:
+    #: Fewest rows per thread worth a thread (an instance may set its own).
+    MIN_ROWS_PER_THREAD = 8
+
+    def __init__(self, problem: Problem, mode: str, memory_cap: float | None = None,
+                 threads: int = 1) -> None:
+        if threads < 1:
+            raise ValueError(f"evaluator threads must be >= 1, got {threads}")
+        self.threads = int(threads)
         self.problem, self.mode = problem, mode
         self.S, self.B = problem.S, problem.B
         t = kernel_tables(problem, mode)
@@ -72,7 +82,10 @@ class FamilyEvaluator:
             raise ValueError(f"cap unit must be 'samples' or 'microbatches', got {unit!r}")
         T = np.empty(N, dtype=np.float64)
         peak = np.empty((N, self.S), dtype=np.float64)
-        _kernels().family_pass(fb, bb, k, unit == "microbatches", *self._t, *self._m, T, peak)
+        kernel, mb, tables = _kernels().family_pass, unit == "microbatches", self._t + self._m
+        run_row_blocks(N, lambda a, b: kernel(fb[a:b], bb[a:b], k[a:b], mb, *tables, T[a:b],
+                                              peak[a:b]), self.threads,
+                       self.MIN_ROWS_PER_THREAD)
         self.evaluations += N
         return T, peak
 

@@ -14,16 +14,19 @@ Same encoding, seeding, operator distributions, elitism and budget accounting as
   object, clone, fitness wrapper or per-generation plan decoding (PERF-ANCHORS.md).
 
 Robustness over seeds (the same budget, less luck) comes from a large population (up to 1024,
-:func:`.ga.population_size`), twice DGAP's mutation rates and a stage-copy mutation (a stage
-takes a neighbour stage's partition, ``copy_rate``). Optionally, when the best has not improved
-for ``patience`` generations, the next generation is a *local* one: every offspring is the best
+:func:`.ga.population_size`), mutation that moves boundaries more than it adds or removes them
+(DGAP's flip rate, four times its shift rate: on the schedule family, at the same budget, the
+median gap to the best known plan fell from +3.2 % to +2.0 % on vgg16 recompute and from +2.4 %
+to +1.6 % on gpt1-14 stash, results/perf/quality.md) and a stage-copy mutation (a stage takes a
+neighbour stage's partition, ``copy_rate``). Optionally, when the best has not improved for
+``patience`` generations, the next generation is a *local* one: every offspring is the best
 individual plus one random move (a flip or a boundary shift; :func:`._variation.vary`), a
-sampled neighbourhood of the best, and the best neighbour replaces the best if it is better
-(the rest of the population is kept, so it keeps its diversity). Local generations repeat
-while they improve the best. When the GA is stuck again right after two local searches
-failed, the next generation *restarts* the population: fresh random individuals beside the
-elites. ``patience=0`` (the default) turns both off: with the population, mutation rates and
-stage-copy mutation below, they did not help at the default budget (results/perf/quality.md).
+sampled neighbourhood of the best, and the best neighbour replaces the best if it is better (the
+rest of the population is kept, so it keeps its diversity). Local generations repeat while they
+improve the best. When the GA is stuck again right after two local searches failed, the next
+generation *restarts* the population: fresh random individuals beside the elites. ``patience=0``
+(the default) turns both off: with the population, mutation rates and stage-copy mutation below,
+they did not help at the default budget (results/perf/quality.md).
 
 Randomness comes from one ``numpy.random.Generator(seed)``: same seed, same result (for
 evaluation and generation budgets; a seconds budget stops wherever the clock says).
@@ -36,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..problem import Problem
-from .base import Budget, PlannerError
+from .base import Budget, PlannerError, PlanResult
 from .caps import clamp_caps, memory_cap_limits, random_caps
 from .encoding import random_bits
 from .evaluator import BACKENDS
@@ -44,8 +47,21 @@ from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_popul
 from .loop import Evaluate, SearchAlgorithm, SearchPlanner
 from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from .seeding import add_family_seeds, initial_population, seed_plans
+from .threads import apply_threads, parse_threads
 
-__all__ = ["TiDGAP", "TiDGAPEngine"]
+__all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "TiDGAP", "TiDGAPEngine", "default_evaluations"]
+
+#: TiDGAP's default budget grows with the chromosome: ``max(BUDGET_FLOOR, BUDGET_PER_BIT *
+#: S*(B-1))`` evaluations (:func:`default_evaluations`). The floor is the budget measured on
+#: gpt1-14 and vgg16 (results/perf/quality.md); at S = 64, B = 1024 it left more than 1 % to
+#: gain from doubling it (results/perf/convergence.md).
+BUDGET_FLOOR = 200_000
+BUDGET_PER_BIT = 12
+
+
+def default_evaluations(problem: Problem) -> int:
+    """The default evaluation budget for ``problem`` (see :data:`BUDGET_FLOOR`)."""
+    return max(BUDGET_FLOOR, BUDGET_PER_BIT * problem.S * (problem.B - 1))
 
 
 class TiDGAPEngine(SearchAlgorithm):
@@ -53,7 +69,7 @@ class TiDGAPEngine(SearchAlgorithm):
 
     def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
                  population: int, seed: int | None,
-                 objective: Objective | None = None) -> None:
+                 objective: Objective | None = None, evaluations: int | None = None) -> None:
         from . import _variation
 
         self._vary = _variation
@@ -86,6 +102,12 @@ class TiDGAPEngine(SearchAlgorithm):
         self.fails = 0
         self.neutral = 0
         self.phase = "ga"  # or "local" (around the best) or "restart" (fresh random rest)
+        # polish: the last ``polish`` fraction of an evaluation budget is local generations
+        polish = float(settings.get("polish", 0.0))
+        self.polish_from = (None if evaluations is None or polish <= 0
+                            else evaluations * (1.0 - polish))
+        self.polishing = False
+        self.used = 0  # evaluations this engine asked for (setup and generations)
         self._nc = 0
         self._nu = self._vary.uniforms_needed(self.P, int(settings["tournament"]),
                                               float(settings["flip_rate"]),
@@ -124,6 +146,12 @@ class TiDGAPEngine(SearchAlgorithm):
     # ---------------------------------------------------------------- ask/tell hooks
     def setup(self, evaluate: Evaluate) -> None:
         s = self.settings
+        counted = evaluate
+
+        def evaluate(g: Genomes) -> np.ndarray:
+            self.used += len(g)
+            return counted(g)
+
         seeds = seed_plans(self.problem, self.mode, self._bits_eval(evaluate),
                            int(s["edp_seeds"]), bool(s["greedy_seeds"]))
         if self.family:
@@ -196,6 +224,10 @@ class TiDGAPEngine(SearchAlgorithm):
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
         nxt = 1 - self.cur
         self.generation += 1
+        self.used += int(times.size)
+        if self.polishing:
+            self._polish_step(times)
+            return
         if self.phase == "local":
             # A local generation only moves the best individual (Lamarckian): to its best
             # neighbour when that is better, or equal (a step along a plateau: T is a max over
@@ -229,12 +261,31 @@ class TiDGAPEngine(SearchAlgorithm):
         if self.stale == 0:
             self.fails = 0
         self.phase = "ga"
+        if self.polish_from is not None and self.used >= self.polish_from:
+            self.polishing = True
+            self.phase = "local"
+            return
         if 0 < self.patience <= self.stale:
             # Stuck: search around the best; stuck again right after: restart the rest.
             self.phase = "restart" if self.fails >= 2 else "local"
             if self.phase == "restart":
                 self.fails = 0
                 self.stale = 0
+
+    def _polish_step(self, times: np.ndarray) -> None:
+        """A polishing generation: the best moves to its best sampled neighbour when that is
+        better or equal (equal: a step along the plateau of T, a max over stages)."""
+        if times.size:
+            nxt = 1 - self.cur
+            j = int(np.argmin(times))
+            e = int(self.elite_idx[0])
+            if times[j] <= self.times[e]:
+                self.pop_f[e] = self._f[nxt][j]
+                if self.recompute:
+                    self.pop_b[e] = self._b[nxt][j]
+                self.pop_k[e] = self._k[nxt][j]
+                self.times[e] = times[j]
+        self._update_elites()
 
     def best(self) -> tuple[Genomes, float]:
         i = int(self.elite_idx[0])
@@ -245,27 +296,48 @@ class TiDGAPEngine(SearchAlgorithm):
 class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
+    Budget: without one, ``evals:max(200000, 12*S*(B-1))`` (:func:`default_evaluations`: the
+    budget grows with the chromosome; at S = 64, B = 1024 doubling it gains 0.35 % stash and
+    1.10 % recompute, results/perf/convergence.md); any ``--budget`` overrides it.
+
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
-    :func:`.ga.population_size`; ``flip_rate`` 2 and ``shift_rate`` 4 here: twice DGAP's,
-    measured on vgg16 in results/perf/quality.md), ``patience``
+    :func:`.ga.population_size`; ``flip_rate`` 1 and ``shift_rate`` 8 here: DGAP's flips and
+    four times its boundary shifts, measured on the schedule family in
+    results/perf/quality.md), ``patience``
     (generations without improvement before a local generation; 0, the default: never),
+    ``polish`` (the last fraction of an evaluation budget spent on local generations around
+    the best, each best move accepted when better or equal; 0, the default: none),
     ``copy_rate``
     (probability that a mutation also copies one stage's partition onto a neighbour stage:
     aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
     python), ``device`` (torch backend: e.g. ``cuda``) and ``threads`` (numba backend: the
-    population split over this many threads), ``schedule`` (``family``: the plan space from
+    population split over this many threads; ``auto``, the default: 2 threads for an
+    evaluator call whose work ``N*S*B`` is at least :data:`.threads.AUTO_WORK`, else 1,
+    :mod:`.threads`), ``schedule`` (``family``: the plan space from
     GPipe to 1F1B, per-stage in-flight cap genes beside the two chromosomes, seeded with the
     best GPipe-EDP and 1F1B-EDP plans that fit, docs/SCHEDULES.md; ``gpipe``: the GPipe
     schedule only, any backend) and ``cap_rate`` (expected cap genes redrawn per mutation).
     """
 
     name = "tidgap"
-    default_budget = "evals:200000"
-    defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 2.0, "shift_rate": 4.0,
-                "patience": 0, "copy_rate": 1.0,
-                "backend": "auto", "device": "", "threads": 1, "schedule": "family",
+    #: The floor; :meth:`plan` without a budget uses :meth:`budget_for` (grows with S*(B-1)).
+    default_budget = f"evals:{BUDGET_FLOOR}"
+    defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
+                "patience": 0, "copy_rate": 1.0, "polish": 0.0,
+                "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
+
+    def budget_for(self, problem: Problem) -> str:
+        """The default budget on ``problem``: ``evals:max(200000, 12*S*(B-1))``."""
+        return f"evals:{default_evaluations(problem)}"
+
+    def plan(self, problem: Problem, *, mode: str = "stash", budget: str | Budget | None = None,
+             seed: int | None = 0, progress: bool = False) -> PlanResult:
+        """:meth:`.base.Planner.plan`; no ``budget``: :meth:`budget_for` the problem."""
+        return super().plan(problem, mode=mode,
+                            budget=self.budget_for(problem) if budget is None else budget,
+                            seed=seed, progress=progress)
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         s = check_ga_settings(self.name, settings)
@@ -275,21 +347,29 @@ class TiDGAP(SearchPlanner):
                 f"{', '.join(BACKENDS)}")
         if s["patience"] < 0:
             raise PlannerError(f"planner {self.name!r}: patience must be >= 0")
+        if not 0.0 <= s["polish"] < 1.0:
+            raise PlannerError(f"planner {self.name!r}: polish must be in [0, 1), got "
+                               f"{s['polish']}")
         if not 0.0 <= s["copy_rate"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
-        if s["threads"] < 1:
-            raise PlannerError(f"planner {self.name!r}: threads must be >= 1")
+        s["threads"] = parse_threads(self.name, s["threads"])
         check_schedule_setting(self.name, s)
         return s
 
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
                        ) -> Objective:
+        objective: CutBitsObjective | FamilyObjective
         if settings["schedule"] == "family":
-            return FamilyObjective(problem, mode)
-        return super().make_objective(problem, mode, settings)
+            objective = FamilyObjective(problem, mode)
+        else:
+            objective = CutBitsObjective(problem, mode, str(settings["backend"]),
+                                         settings["device"] or None)
+        if objective.backend == "numba":
+            apply_threads(objective.evaluator, settings["threads"], problem.S, problem.B)
+        return objective
 
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective
                        ) -> SearchAlgorithm:
         P = ga_population(self.name, problem, mode, settings, budget)
-        return TiDGAPEngine(problem, mode, settings, P, seed, objective)
+        return TiDGAPEngine(problem, mode, settings, P, seed, objective, budget.evaluations)

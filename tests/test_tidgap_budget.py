@@ -1,0 +1,75 @@
+"""TiDGAP's default budget (grows with S*(B-1)) and the ``polish`` setting."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from umpipe_bench.planners.base import Budget, PlannerError
+from umpipe_bench.planners.tidgap import (
+    BUDGET_FLOOR,
+    BUDGET_PER_BIT,
+    TiDGAP,
+    TiDGAPEngine,
+    default_evaluations,
+)
+from umpipe_bench.synthetic import synthetic_problem
+
+SMALL = synthetic_problem(4, 12, 3)
+
+
+def test_default_budget_has_a_floor_and_grows_with_the_chromosome():
+    assert default_evaluations(SMALL) == BUDGET_FLOOR
+    big = synthetic_problem(64, 1024, 0)
+    assert default_evaluations(big) == BUDGET_PER_BIT * 64 * 1023 > BUDGET_FLOOR
+    assert TiDGAP().budget_for(big) == f"evals:{BUDGET_PER_BIT * 64 * 1023}"
+    assert TiDGAP.default_budget == f"evals:{BUDGET_FLOOR}"
+
+
+def test_plan_without_a_budget_uses_the_problem_budget(monkeypatch):
+    """No budget: :meth:`TiDGAP.budget_for` the problem; a given budget overrides it."""
+    monkeypatch.setattr(TiDGAP, "budget_for", lambda self, problem: "evals:900")
+    res = TiDGAP(population=16).plan(SMALL, mode="stash", seed=0)
+    assert 800 < res.evaluations <= 900
+    res = TiDGAP(population=16).plan(SMALL, mode="stash", seed=0, budget="evals:500")
+    assert res.evaluations <= 500
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, 2])
+def test_polish_is_checked_at_construction(bad):
+    with pytest.raises(PlannerError, match="polish must be in"):
+        TiDGAP(polish=bad)
+
+
+@pytest.mark.parametrize("mode", ["stash", "recompute"])
+def test_polish_spends_the_budget_tail_on_local_generations_and_keeps_the_contract(mode):
+    """With ``polish``, the generations after (1 - polish) of the budget are local ones (every
+    offspring is the best plus one move); the best never gets worse; evaluations <= budget."""
+    budget = 3000
+    res = TiDGAP(population=32, polish=0.5).plan(SMALL, mode=mode, seed=2,
+                                                 budget=f"evals:{budget}")
+    assert res.evaluations <= budget
+    best = [r.best for r in res.history]
+    assert all(b2 <= b1 for b1, b2 in itertools.pairwise(best))
+    planner = TiDGAP(population=32, polish=0.5)
+    settings = dict(planner.config)
+    objective = planner.make_objective(SMALL, mode, settings)
+    eng = TiDGAPEngine(SMALL, mode, settings, 32, 2, objective, evaluations=budget)
+    eng.initialize()
+    phases = []
+    while eng.used + eng.ask_size() <= budget:
+        eng.step()
+        phases.append((eng.used, eng.polishing))
+    assert any(p for _, p in phases) and not phases[0][1]
+    first = next(u for u, p in phases if p)
+    assert first >= budget * 0.5 and all(p for u, p in phases if u > first)
+    assert eng.phase == "local"
+
+
+def test_no_polish_without_an_evaluation_budget():
+    eng = TiDGAPEngine(SMALL, "stash", dict(TiDGAP(polish=0.5).config), 16, 0,
+                       TiDGAP().make_objective(SMALL, "stash", dict(TiDGAP().config)),
+                       evaluations=None)
+    assert eng.polish_from is None
+    assert Budget.parse("gens:3").evaluations is None
