@@ -237,6 +237,22 @@ def test_paths_helper_rejects_a_file_as_folder(tmp_path):
     assert Path(tmp_path).is_dir()
 
 
+def test_paths_helper_accepts_an_existing_file_to_overwrite(tmp_path):
+    """`profile --out problems/data/x.json` over the committed file must be allowed (it was
+    refused as "is not a folder": the check started from the file instead of its folder)."""
+    from umpipe_bench.cli._paths import check_output_file
+    from umpipe_bench.errors import UmpipeError
+
+    f = tmp_path / "profile.json"
+    f.write_text("{}")
+    check_output_file(f, "--out")  # no error
+    check_output_file(tmp_path / "new" / "deeper" / "p.json", "--out")  # folders to be made
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    with pytest.raises(UmpipeError, match="is not a folder"):
+        check_output_file(blocker / "p.json", "--out")
+
+
 @pytest.mark.parametrize("extra, needle", [
     (["--set", "layers=1"], "layers"),
     (["--layers-per-stage", "1,1"], "layers_per_stage"),

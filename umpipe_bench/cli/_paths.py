@@ -25,8 +25,10 @@ def _nearest_existing(path: Path) -> Path:
     return p
 
 
-def _check_parent(path: Path, option: str) -> None:
-    base = _nearest_existing(path)
+def _check_parent(path: Path, option: str, start: Path | None = None) -> None:
+    """The nearest existing folder on the way to ``path`` (from ``start``, default
+    ``path``) must be a writable folder."""
+    base = _nearest_existing(path if start is None else start)
     if not base.is_dir():
         raise UserInputError(f"{option} {str(path)!r}: {str(base)!r} is not a folder")
     if not os.access(base, os.W_OK | os.X_OK):
@@ -43,7 +45,8 @@ def check_output_file(path: str | os.PathLike[str] | None, option: str) -> None:
         raise UserInputError(f"{option} {str(p)!r}: is a folder; expected a file name")
     if p.exists() and not os.access(p, os.W_OK):
         raise UserInputError(f"{option} {str(p)!r}: file is not writable")
-    _check_parent(p, option)
+    # from the file's folder: an existing file is overwritten, its folder must be writable
+    _check_parent(p, option, p.parent)
 
 
 def check_output_dir(path: str | os.PathLike[str] | None, option: str) -> None:
