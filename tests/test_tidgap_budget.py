@@ -73,3 +73,20 @@ def test_no_polish_without_an_evaluation_budget():
                        evaluations=None)
     assert eng.polish_from is None
     assert Budget.parse("gens:3").evaluations is None
+
+
+def test_plan_json_records_the_budget_the_planner_used(monkeypatch, capsys):
+    """`plan --json` without --budget reports the problem's budget (`budget_for`), not the
+    planner's floor (it recorded evals:200000 on problems where TiDGAP spent more)."""
+    import json
+
+    from umpipe_bench.cli import main
+    from umpipe_bench.planners.base import Planner
+
+    assert Planner.budget_for(TiDGAP(), SMALL) == TiDGAP.default_budget  # the base hook
+    monkeypatch.setattr(TiDGAP, "budget_for", lambda self, problem: "evals:700")
+    assert main(["plan", "--problem", "sim-s4-b12-s3", "--planner", "tidgap", "--set", "population=16",
+                 "--json", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["budget"] == "evals:700"
+    assert out["evaluations"] <= 700

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         "problem": problem.name,
         "mode": args.mode,
         "seed": args.seed,
-        "budget": str(args.budget or planner.default_budget),
+        "budget": str(args.budget or planner.budget_for(problem)),
         "schedule": res.schedule,
         "caps": None if res.plan.caps is None else list(res.plan.caps),
         "iteration_time": T,

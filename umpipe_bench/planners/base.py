@@ -138,6 +138,11 @@ class Planner:
         """Range checks beyond the types (hook); raise :class:`PlannerError`."""
         return settings
 
+    def budget_for(self, problem: Problem) -> str:
+        """The budget :meth:`plan` uses on ``problem`` when given none (hook; here
+        :attr:`default_budget` whatever the problem)."""
+        return self.default_budget
+
     def plan(
         self,
         problem: Problem,
@@ -149,7 +154,7 @@ class Planner:
     ) -> PlanResult:
         if mode not in MODES:
             raise PlannerError(f"mode must be one of {MODES}, got {mode!r}")
-        b = Budget.parse(budget if budget is not None else self.default_budget)
+        b = Budget.parse(budget if budget is not None else self.budget_for(problem))
         t0 = time.perf_counter()
         res = self._plan(problem, mode=mode, budget=b, seed=seed, progress=progress)
         res.wall_time = time.perf_counter() - t0

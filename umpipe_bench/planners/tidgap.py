@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..problem import Problem
-from .base import Budget, PlannerError, PlanResult
+from .base import Budget, PlannerError
 from .caps import clamp_caps, memory_cap_limits, random_caps
 from .encoding import random_bits
 from .evaluator import BACKENDS
@@ -331,13 +331,6 @@ class TiDGAP(SearchPlanner):
     def budget_for(self, problem: Problem) -> str:
         """The default budget on ``problem``: ``evals:max(200000, 12*S*(B-1))``."""
         return f"evals:{default_evaluations(problem)}"
-
-    def plan(self, problem: Problem, *, mode: str = "stash", budget: str | Budget | None = None,
-             seed: int | None = 0, progress: bool = False) -> PlanResult:
-        """:meth:`.base.Planner.plan`; no ``budget``: :meth:`budget_for` the problem."""
-        return super().plan(problem, mode=mode,
-                            budget=self.budget_for(problem) if budget is None else budget,
-                            seed=seed, progress=progress)
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         s = check_ga_settings(self.name, settings)
