@@ -116,12 +116,19 @@ GA_SPACE = "auto"  # the family where exact can enumerate it, else the GPipe spa
 @pytest.mark.parametrize("planner", ["dgap", "tidgap"])
 @pytest.mark.parametrize("S,B,pseed", [(2, 5, 0), (3, 4, 1), (2, 6, 2)])
 def test_gas_reach_exact(planner, mode, S, B, pseed):
-    """DGAP and TiDGAP within 0.5 % of the optimum on tiny problems, seeds 0, 1, 2."""
+    """DGAP and TiDGAP near the optimum on tiny problems at evals:3000: over the seeds, the
+    median within 0.5 % and every seed within 2 % (issue 10's criterion; 10 seeds for TiDGAP,
+    3 for DGAP, whose list-simulator fitness is slow). Every seed within 0.5 % held for seeds
+    0-2 only by luck: TiDGAP's runs stop at +0.42-0.48 % on some seeds of (3, 4, 1) and
+    (2, 6, 2), a local optimum one coordinated change away (100k evaluations reach it)."""
     problem = synthetic_problem(S, B, pseed)
     T_exact = get_planner("exact", space=GA_SPACE).plan(problem, mode=mode).iteration_time
-    for seed in (0, 1, 2):
-        res = get_planner(planner).plan(problem, mode=mode, budget="evals:3000", seed=seed)
-        assert res.iteration_time <= T_exact * 1.005, (seed, res.iteration_time, T_exact)
+    seeds = range(10) if planner == "tidgap" else range(3)
+    gaps = [get_planner(planner).plan(problem, mode=mode, budget="evals:3000", seed=seed)
+            .iteration_time / T_exact - 1 for seed in seeds]
+    assert min(gaps) >= -1e-12  # nothing beats the optimum
+    assert sorted(gaps)[(len(gaps) - 1) // 2] <= 0.005, gaps
+    assert max(gaps) <= 0.02, gaps
 
 
 def test_exact_refuses_large_problems_naming_the_limit():
