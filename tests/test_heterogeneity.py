@@ -60,8 +60,8 @@ def test_run_resume_and_outputs(tmp_path):
         assert float(r["gap_to_bound"]) == pytest.approx(T / lb - 1, rel=1e-6)
         # T_best = min(planner, GPipe-EDP) by construction. (Identical stages, h = 0, gain
         # nothing from unequal microbatches under GPipe, but TiDGAP searches the schedule
-        # family: caps [6, 6, 1], the last stage alternating F and B, beat the best GPipe-EDP
-        # and 1F1B-EDP by 2.4 % on sim-mix-s3-b6-h0-s0 stash; results/perf/quality.md.)
+        # family: on sim-mix-s3-b6-h0-s0 stash, stage 2 split 1,2,1,1,1 with caps 6, 6, 2
+        # beats the best GPipe-EDP and 1F1B-EDP by 2.4 %; docs/SIMNETS.md.)
         assert float(r["speedup_vs_gpipe"]) >= -1e-12
     assert run_study(tmp_path, pts, planner="tidgap", budget="evals:300",
                      progress=False) == (0, 0)
