@@ -278,7 +278,7 @@ def measure(problem_name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
     data["loadavg"] = {"before": load_before, "after": load_after, "cpus": os.cpu_count()}
     labels = [s.stem for s in specs]
-    equal = [lb for lb in labels if lb.startswith(("gpipe-", "1f1b-", "equal-"))]
+    equal = [lb for lb in labels if is_equal_label(lb)]
     data["intervals"] = intervals(result, [(b, o) for b in equal for o in labels
                                            if o.startswith(("planned", "capped"))])
     med = {e["label"]: statistics.median(e["times"]) for e in result["entries"]}
@@ -414,9 +414,13 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def is_equal_label(label: str) -> bool:
+    """Whether a plan label names an equal plan: a best EDP plan or an ``--equal`` one."""
+    return label.startswith(("gpipe-", "1f1b-", "equal-"))
+
+
 def equal_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r["engine"] == "umpipe"
-            and r["plan"].startswith(("gpipe-", "1f1b-", "equal-"))]
+    return [r for r in rows if r["engine"] == "umpipe" and is_equal_label(r["plan"])]
 
 
 def main() -> int:

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from umpipe_bench.plan import Plan  # noqa: E402
 from umpipe_bench.problem import Problem  # noqa: E402
+from umpipe_bench.schedules import Op, near_backward  # noqa: E402
 from umpipe_bench.simulator import simulate  # noqa: E402
 from umpipe_bench.trace import chrome_trace  # noqa: E402
 
@@ -65,14 +66,17 @@ def stage_rows(problem: Problem, plan: Plan, stages: list[list[list[dict[str, An
     for s, iters in enumerate(stages):
         if not iters:
             continue
-        def pred(op: dict[str, Any], s: int = s) -> float:
-            m = int(op["b"] - op["a"])
-            return problem.fwd(s, m) if op["kind"] == "F" else problem.backward_cost(
-                s, m, plan.mode)
+        # the stage's ops in run order, to tell near from far backwards (docs/MODEL.md §1b)
+        order = [Op(o["kind"], s, int(o["index"]), int(o["a"]), int(o["b"])) for o in iters[0]]
+
+        def pred(i: int, s: int = s, order: list[Op] = order) -> float:
+            op = order[i]
+            return problem.fwd(s, op.size) if op.kind == "F" else problem.backward_cost(
+                s, op.size, plan.mode, far=not near_backward(order, i))
         row: dict[str, Any] = {"plan": label, "stage": s}
         for kind in ("F", "B"):
             meas = [sum(own(o) for o in it if o["kind"] == kind) for it in iters]
-            p = sum(pred(o) for o in iters[0] if o["kind"] == kind)
+            p = sum(pred(i) for i, o in enumerate(iters[0]) if o["kind"] == kind)
             row[f"{kind}_ratio"] = statistics.median(meas) / p if p else float("nan")
             row[f"{kind}_ms"] = statistics.median(meas) * 1e3
         row["take_ms"] = statistics.median(sum(o["take"] for o in it) for it in iters) * 1e3

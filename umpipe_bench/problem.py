@@ -120,8 +120,8 @@ class ProblemTables:
     """Dense float64 tables indexed by size ``m = 0..B`` (index 0 holds 0.0).
 
     ``fwd``, ``bwd``, ``rbwd``: ``[S, B+1]``; ``opt``: ``[S]``; ``act``, ``grad``: ``[S-1, B+1]``
-    (boundary ``s -> s+1``). ``bwd_far`` ``[S, B+1]`` is ``bwd[s] * far[s]``, the cost of a
-    *far* stash backward (docs/MODEL.md §1b), ``far`` ``[S]`` the factors (1.0 where absent).
+    (boundary ``s -> s+1``). ``bwd_far`` ``[S, B+1]`` is ``bwd[s]`` times the stage's factor
+    (:meth:`Problem.far_factor`), the cost of a *far* stash backward (docs/MODEL.md §1b).
     Fast evaluators read these instead of interpolating.
     """
 
@@ -132,7 +132,6 @@ class ProblemTables:
     act: np.ndarray
     grad: np.ndarray
     bwd_far: np.ndarray
-    far: np.ndarray
 
     def backward(self, mode: str) -> np.ndarray:
         """The (near) backward cost table of a memory mode: ``bwd`` (stash) or ``rbwd``
@@ -196,10 +195,10 @@ class Problem:
             grad[s, 1:] = ln.latency + m[1:] * ln.grad_bytes / ln.bandwidth
         far = np.array([self.far_factor(s) for s in range(self.S)], dtype=np.float64)
         bwd_far = bwd * far[:, None]  # factor 1.0: exactly bwd
-        for arr in (fwd, bwd, rbwd, opt, act, grad, bwd_far, far):
+        for arr in (fwd, bwd, rbwd, opt, act, grad, bwd_far):
             arr.setflags(write=False)
         return ProblemTables(fwd=fwd, bwd=bwd, rbwd=rbwd, opt=opt, act=act, grad=grad,
-                             bwd_far=bwd_far, far=far)
+                             bwd_far=bwd_far)
 
     def tables(self) -> ProblemTables:
         """Dense read-only tables over ``m = 0..B`` (computed once per problem)."""

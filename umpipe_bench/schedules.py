@@ -32,6 +32,7 @@ __all__ = [
     "capped_order_escapes",
     "format_schedule",
     "gpipe",
+    "near_backward",
     "one_f_one_b",
     "one_f_one_b_caps",
     "schedule_of",
@@ -54,6 +55,16 @@ class Op:
 
     def __str__(self) -> str:
         return f"{self.stage}{self.kind}{self.index}"
+
+
+def near_backward(row: list[Op], i: int) -> bool:
+    """Whether backward ``row[i]`` of a stage's operation list is *near* (docs/MODEL.md §1b):
+    the operation just before it is the forward of the same samples. Every other stash
+    backward is *far* and costs ``bwd * bwd_far``."""
+    if i == 0:
+        return False
+    prev, op = row[i - 1], row[i]
+    return prev.kind == "F" and prev.start == op.start and prev.stop == op.stop
 
 
 def _ops(kind: str, stage: int, sizes: tuple[int, ...]) -> list[Op]:

@@ -27,7 +27,7 @@ from .errors import UmpipeError
 from .memory import capacities, memory_figures, peak_memory
 from .plan import Plan
 from .problem import Problem
-from .schedules import Op, build_schedule, schedule_of
+from .schedules import Op, build_schedule, near_backward, schedule_of
 
 __all__ = ["OpTiming", "SimulationError", "Timeline", "Transfer", "gpipe_recurrence", "simulate"]
 
@@ -127,15 +127,6 @@ def _prefix(sizes: tuple[int, ...]) -> list[int]:
     return list(accumulate(sizes))
 
 
-def _near(row: list[Op], i: int) -> bool:
-    """Whether backward ``row[i]`` is *near* (docs/MODEL.md §1b): the stage's operation just
-    before it is the forward of the same samples."""
-    if i == 0:
-        return False
-    prev, op = row[i - 1], row[i]
-    return prev.kind == "F" and prev.start == op.start and prev.stop == op.stop
-
-
 def simulate(
     problem: Problem,
     plan: Plan,
@@ -207,7 +198,7 @@ def simulate(
                 if op.kind == "F":
                     cost = fwd_t[s, m]
                 else:
-                    cost = bwd_t[s, m] if _near(row, pos[s]) else far_t[s, m]
+                    cost = bwd_t[s, m] if near_backward(row, pos[s]) else far_t[s, m]
                 t1 = t0 + cost
                 stage_free[s] = t1
                 busy[s] += cost

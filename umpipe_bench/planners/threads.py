@@ -2,8 +2,8 @@
 
 Both evaluators split a call's rows over threads (:func:`.evaluator.run_row_blocks`; the
 numba kernels release the GIL, results are bit-identical for any split). A thread pays only
-when the call is big enough: measured on a quiet 2-core machine (results/perf/quality.md,
-"Threads"), 1-thread/2-thread was 0.67x at ``N*S*B`` = 57k (gpt1-14, N = 256) and 1.38-1.87x
+when the call is big enough: measured on a quiet 2-core machine (results/perf/search.md,
+section 3), 1-thread/2-thread was 0.67x at ``N*S*B`` = 57k (gpt1-14, N = 256) and 1.38-1.87x
 from 131k up (vgg16 N = 256; gpt1-14 N = 1024; sim-s32-b256-s0). ``auto`` therefore uses
 two threads (at most the machine's cores) for a call whose work ``N*S*B`` is at least
 :data:`AUTO_WORK`, and one below.

@@ -233,18 +233,7 @@ class TiDGAPEngine(SearchAlgorithm):
             # neighbour when that is better, or equal (a step along a plateau: T is a max over
             # stages, so most moves leave it unchanged; up to ``patience`` such steps in a
             # row). The rest of the population keeps its diversity.
-            moved = improved = False
-            if times.size:
-                j = int(np.argmin(times))
-                e = int(self.elite_idx[0])
-                improved = bool(times[j] < self.times[e])
-                if improved or (times[j] == self.times[e] and self.neutral < self.patience):
-                    self.pop_f[e] = self._f[nxt][j]
-                    if self.recompute:
-                        self.pop_b[e] = self._b[nxt][j]
-                    self.pop_k[e] = self._k[nxt][j]
-                    self.times[e] = times[j]
-                    moved = True
+            moved, improved = self._move_best(times, self.neutral < self.patience)
             self._update_elites()
             if improved:
                 self.fails = self.neutral = 0
@@ -272,19 +261,29 @@ class TiDGAPEngine(SearchAlgorithm):
                 self.fails = 0
                 self.stale = 0
 
+    def _move_best(self, times: np.ndarray, accept_equal: bool) -> tuple[bool, bool]:
+        """Move the best individual to its best sampled neighbour (this generation's offspring)
+        when that is better, or equal and ``accept_equal`` (a step along a plateau of T, a max
+        over stages); returns ``(moved, improved)``."""
+        if not times.size:
+            return False, False
+        nxt = 1 - self.cur
+        j = int(np.argmin(times))
+        e = int(self.elite_idx[0])
+        improved = bool(times[j] < self.times[e])
+        if not (improved or (accept_equal and times[j] == self.times[e])):
+            return False, improved
+        self.pop_f[e] = self._f[nxt][j]
+        if self.recompute:
+            self.pop_b[e] = self._b[nxt][j]
+        self.pop_k[e] = self._k[nxt][j]
+        self.times[e] = times[j]
+        return True, improved
+
     def _polish_step(self, times: np.ndarray) -> None:
         """A polishing generation: the best moves to its best sampled neighbour when that is
-        better or equal (equal: a step along the plateau of T, a max over stages)."""
-        if times.size:
-            nxt = 1 - self.cur
-            j = int(np.argmin(times))
-            e = int(self.elite_idx[0])
-            if times[j] <= self.times[e]:
-                self.pop_f[e] = self._f[nxt][j]
-                if self.recompute:
-                    self.pop_b[e] = self._b[nxt][j]
-                self.pop_k[e] = self._k[nxt][j]
-                self.times[e] = times[j]
+        better or equal."""
+        self._move_best(times, accept_equal=True)
         self._update_elites()
 
     def best(self) -> tuple[Genomes, float]:
