@@ -47,12 +47,12 @@ def test_polish_spends_the_budget_tail_on_local_generations_and_keeps_the_contra
     """With ``polish``, the generations after (1 - polish) of the budget are local ones (every
     offspring is the best plus one move); the best never gets worse; evaluations <= budget."""
     budget = 3000
-    res = TiDGAP(population=32, polish=0.5).plan(SMALL, mode=mode, seed=2,
+    res = TiDGAP(population=32, polish=0.5, islands=1).plan(SMALL, mode=mode, seed=2,
                                                  budget=f"evals:{budget}")
     assert res.evaluations <= budget
     best = [r.best for r in res.history]
     assert all(b2 <= b1 for b1, b2 in itertools.pairwise(best))
-    planner = TiDGAP(population=32, polish=0.5)
+    planner = TiDGAP(population=32, polish=0.5, islands=1)
     settings = dict(planner.config)
     objective = planner.make_objective(SMALL, mode, settings)
     eng = TiDGAPEngine(SMALL, mode, settings, 32, 2, objective, evaluations=budget)
@@ -68,7 +68,7 @@ def test_polish_spends_the_budget_tail_on_local_generations_and_keeps_the_contra
 
 
 def test_no_polish_without_an_evaluation_budget():
-    eng = TiDGAPEngine(SMALL, "stash", dict(TiDGAP(polish=0.5).config), 16, 0,
+    eng = TiDGAPEngine(SMALL, "stash", dict(TiDGAP(polish=0.5, islands=1).config), 16, 0,
                        TiDGAP().make_objective(SMALL, "stash", dict(TiDGAP().config)),
                        evaluations=None)
     assert eng.polish_from is None

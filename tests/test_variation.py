@@ -25,7 +25,8 @@ def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, s
     ck = np.zeros((P, 0), np.int64) if cur_k is None else cur_k
     nk = np.zeros_like(ck)
     args = (cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift, 0.0,
-            stage_len or L, recompute, local, best, ck, nk, cap_rate, B)
+            stage_len or L, recompute, local, best, ck, nk, cap_rate, B,
+            V.cap_ties(ck, B))
     nc = V.vary(rng.random(8), *args)
     assert nc == -1  # too few uniforms: says so, the caller draws more
     nc = V.vary(rng.random(V.uniforms_needed(n_off, tournament, flip, shift, ck.shape[1])),
@@ -107,8 +108,30 @@ def test_local_generation_is_one_move_from_the_best(recompute):
 def test_elite_rows_are_distinct_and_best_first():
     pop = np.array([[1, 0], [1, 0], [0, 1], [0, 0]], np.uint8)
     times = np.array([1.0, 1.0, 2.0, 0.5])
-    assert V.elite_rows(pop, pop, np.zeros((len(pop), 0), np.int64), times, 3,
-                        False).tolist() == [3, 0, 2]
+    no_caps = np.zeros((len(pop), 0), np.int64)
+    order = V.elite_order(times, V.cap_ties(no_caps, 2))
+    assert V.elite_rows(pop, pop, no_caps, order, 3, False).tolist() == [3, 0, 2]
+
+
+def test_equal_times_rank_larger_caps_first():
+    """The tie-break (cap_ties): among equal T the plan with the larger caps (each counted up
+    to B) ranks first, in the elites and in a tournament; a lower T still wins whatever its
+    caps."""
+    B = 8
+    caps = np.array([[1, 8], [8, 8], [8, 20], [1, 1]], np.int64)
+    tie = V.cap_ties(caps, B)
+    assert tie.tolist() == [-9, -16, -16, -2]
+    times = np.array([1.0, 1.0, 1.0, 0.5])
+    pop = np.arange(8, dtype=np.uint8).reshape(4, 2)  # all distinct
+    order = V.elite_order(times, tie)
+    assert order.tolist() == [3, 1, 2, 0]
+    assert V.elite_rows(pop, pop, caps, order, 4, False).tolist() == [3, 1, 2, 0]
+    # tournaments of size 2 between rows 0 and 1 (equal T): row 1 always wins
+    cur = np.zeros((2, 3), np.uint8)
+    t2 = np.array([1.0, 1.0])
+    k2 = caps[:2].copy()
+    _, _, _, _, nk = _vary(cur, t2, 2, tournament=8, cxpb=0.0, mutpb=0.0, cur_k=k2, B=B)
+    assert (nk == [8, 8]).all()
 
 
 def test_no_plan_is_decoded_per_generation(monkeypatch):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["elite_rows", "uniforms_needed", "vary"]
+__all__ = ["cap_ties", "elite_order", "elite_rows", "uniforms_needed", "vary"]
 
 
 @njit(cache=True)
@@ -54,8 +54,8 @@ def _binomial(x, n, p):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _mutate(u, c, row, L, stage_len, S, pflip, pshift, pcopy):  # pragma: no cover - compiled
-    """Flips, shifts, then (probability ``pcopy``) one stage copies a neighbour stage's
-    partition; returns the next unused uniform (-1: ran out)."""
+    """(Probability ``pcopy``) one stage copies a neighbour stage's partition, then flips and
+    shifts; returns the next unused uniform (-1: ran out)."""
     npairs = S * (stage_len - 1) if stage_len >= 2 else 0
     if c + 5 > u.shape[0]:
         return -1
@@ -172,7 +172,7 @@ def uniforms_needed(n_off: int, tournament: int, flip_rate: float, shift_rate: f
 @njit(cache=True)
 def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxpb, mutpb,
          flip_rate, shift_rate, copy_rate, stage_len, recompute, local, best,
-         cur_k, nxt_k, cap_rate, B):  # pragma: no cover
+         cur_k, nxt_k, cap_rate, B, tie):  # pragma: no cover
     """Write ``n_off`` offspring of ``cur_*`` into rows ``0..n_off-1`` of ``nxt_*``, the
     changed ones first; copy the unchanged ones' times into ``nxt_times``. Returns the number
     of changed offspring (the rows to evaluate), or -1 when the uniforms ``u`` (drawn in bulk
@@ -183,6 +183,8 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
     (docs/SCHEDULES.md; ``[P, 0]`` without them): they follow their parent, a mating pair
     swaps the caps of a random run of stages, a mutated offspring redraws each cap with
     probability ``cap_rate / S``, and a local move is a cap move a quarter of the time.
+
+    ``tie`` (``[P]``, lower wins) breaks a tournament between equal times (:func:`cap_ties`).
     """
     P, L = cur_f.shape
     S = L // stage_len if stage_len > 0 else 0
@@ -204,7 +206,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
             for _ in range(tournament - 1):
                 a = _int(u, c, P)
                 c += 1
-                if times[a] < times[w]:
+                if times[a] < times[w] or (times[a] == times[w] and tie[a] < tie[w]):
                     w = a
             parent[k] = w
         if L >= 2:
@@ -281,11 +283,31 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
     return nc
 
 
+def cap_ties(caps: np.ndarray, B: int) -> np.ndarray:
+    """The tie-break between plans of equal T (lower wins): minus the sum of the stages' caps
+    (each at most ``B``; ``[N, 0]`` caps: all 0).
+
+    T is a maximum over paths through the stages, so most cap genes do not change it: without a
+    preference they drift to arbitrary low caps, which then block the moves a better plan needs
+    (on gpt1-14 stash the best plans have GPipe caps on every stage but the last;
+    results/perf/quality.md). Preferring the larger cap among equals keeps a cap that binds
+    nothing at ``B``. Memory is no reason to prefer a lower cap: a plan that does not fit has
+    T = inf already.
+    """
+    if caps.shape[1] == 0:
+        return np.zeros(caps.shape[0], np.int64)
+    return -np.minimum(caps, B).sum(axis=1)
+
+
+def elite_order(times: np.ndarray, tie: np.ndarray) -> np.ndarray:
+    """Rows by T, then by :func:`cap_ties`, then by row (stable)."""
+    return np.lexsort((tie, times))
+
+
 @njit(cache=True)
-def elite_rows(pop_f, pop_b, pop_k, times, k, recompute):  # pragma: no cover - compiled
-    """The ``k`` best distinct individuals (bits and caps; lowest T first; ties: lower
-    row)."""
-    order = np.argsort(times, kind="mergesort")
+def elite_rows(pop_f, pop_b, pop_k, order, k, recompute):  # pragma: no cover - compiled
+    """The ``k`` best distinct individuals (bits and caps) taken in ``order``
+    (:func:`elite_order`: lowest T first, ties by caps, then lower row)."""
     out = np.empty(k, np.int64)
     n = 0
     L = pop_f.shape[1]

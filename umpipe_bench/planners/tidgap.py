@@ -18,7 +18,21 @@ Robustness over seeds (the same budget, less luck) comes from a large population
 (DGAP's flip rate, four times its shift rate: on the schedule family, at the same budget, the
 median gap to the best known plan fell from +3.2 % to +2.0 % on vgg16 recompute and from +2.4 %
 to +1.6 % on gpt1-14 stash, results/perf/quality.md) and a stage-copy mutation (a stage takes a
-neighbour stage's partition, ``copy_rate``). Optionally, when the best has not improved for
+neighbour stage's partition, ``copy_rate``), and from two means measured on the schedule
+family (results/perf/quality.md):
+
+* **equal T prefers larger caps**: T is a maximum over paths, so most cap genes do not change
+  it, and without a preference they drift to low values that later block the moves a better
+  plan needs. Selection and elitism break ties in T by the caps' sum
+  (:func:`._variation.cap_ties`); with it every seed of gpt1-14 stash reached the plan only
+  one run in 24 had found, and some a better one;
+* **islands** (``islands``, 4): a run's outcome is mostly decided early, so four populations
+  of a quarter each run side by side from the same seeds, and the worse half stops at evenly
+  spaced points up to the ``race`` fraction of the budget (:class:`IslandEngine`). Only when
+  each island gets at least :data:`ISLAND_FLOOR` individuals (gpt1-14, vgg16; not at S = 64,
+  B = 1024, where the budget buys a population of 128).
+
+Optionally, when the best has not improved for
 ``patience`` generations, the next generation is a *local* one: every offspring is the best
 individual plus one random move (a flip or a boundary shift; :func:`._variation.vary`), a
 sampled neighbourhood of the best, and the best neighbour replaces the best if it is better (the
@@ -28,8 +42,9 @@ generation *restarts* the population: fresh random individuals beside the elites
 (the default) turns both off: with the population, mutation rates and stage-copy mutation below,
 they did not help at the default budget (results/perf/quality.md).
 
-Randomness comes from one ``numpy.random.Generator(seed)``: same seed, same result (for
-evaluation and generation budgets; a seconds budget stops wherever the clock says).
+Randomness comes from one ``numpy.random.Generator(seed)`` (islands: one stream each, spawned
+from the seed): same seed, same result (for evaluation and generation budgets; a seconds budget
+stops wherever the clock says).
 """
 
 from __future__ import annotations
@@ -49,7 +64,8 @@ from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from .seeding import add_family_seeds, initial_population, seed_plans
 from .threads import apply_threads, parse_threads
 
-__all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "TiDGAP", "TiDGAPEngine", "default_evaluations"]
+__all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "IslandEngine", "TiDGAP",
+           "TiDGAPEngine", "default_evaluations"]
 
 #: TiDGAP's default budget grows with the chromosome: ``max(BUDGET_FLOOR, BUDGET_PER_BIT *
 #: S*(B-1))`` evaluations (:func:`default_evaluations`). The floor is the budget measured on
@@ -57,6 +73,10 @@ __all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "TiDGAP", "TiDGAPEngine", "default_
 #: gain from doubling it (results/perf/convergence.md).
 BUDGET_FLOOR = 200_000
 BUDGET_PER_BIT = 12
+#: The smallest island population: a run whose population (:func:`.ga.population_size`)
+#: would give each of the ``islands`` fewer individuals runs as one population (at S = 64,
+#: B = 1024 the default budget buys a population of 128, which needs every individual).
+ISLAND_FLOOR = 128
 
 
 def default_evaluations(problem: Problem) -> int:
@@ -94,6 +114,8 @@ class TiDGAPEngine(SearchAlgorithm):
         self._b = ([np.zeros(shape, np.uint8), np.zeros(shape, np.uint8)]
                    if self.recompute else self._f)
         self._t = [np.full(self.P, np.inf), np.full(self.P, np.inf)]
+        # the tie-break between equal T (lower wins: larger caps, _variation.cap_ties)
+        self._tie = [np.zeros(self.P, np.int64), np.zeros(self.P, np.int64)]
         self.cur = 0
         self.elite_idx = np.zeros(0, np.int64)
         self.seed_labels: list[str] = []
@@ -132,11 +154,18 @@ class TiDGAPEngine(SearchAlgorithm):
     def pop_k(self) -> np.ndarray:
         return self._k[self.cur]
 
+    @property
+    def tie(self) -> np.ndarray:
+        return self._tie[self.cur]
+
     def _genomes(self, f: np.ndarray, b: np.ndarray, k: np.ndarray | None = None) -> Genomes:
         shape = (f.shape[0], self.S, self.B - 1)
         gf = f.reshape(shape)
         return Genomes(gf, b.reshape(shape) if self.recompute else gf,
                        k if self.family else None)
+
+    def _ties(self, f: np.ndarray, b: np.ndarray, k: np.ndarray) -> np.ndarray:
+        return self._vary.cap_ties(k, self.B)
 
     def _bits_eval(self, evaluate: Evaluate) -> Any:
         def run(fb: np.ndarray, bb: np.ndarray) -> np.ndarray:
@@ -145,17 +174,27 @@ class TiDGAPEngine(SearchAlgorithm):
 
     # ---------------------------------------------------------------- ask/tell hooks
     def setup(self, evaluate: Evaluate) -> None:
-        s = self.settings
-        counted = evaluate
+        self.populate(self.make_seeds(evaluate), evaluate)
 
-        def evaluate(g: Genomes) -> np.ndarray:
+    def _counting(self, evaluate: Evaluate) -> Evaluate:
+        def counted(g: Genomes) -> np.ndarray:
             self.used += len(g)
-            return counted(g)
+            return evaluate(g)
+        return counted
 
+    def make_seeds(self, evaluate: Evaluate) -> Any:
+        """The seed plans (EDP scans, greedy plans, the family's 1F1B-EDP plans), evaluated."""
+        s = self.settings
+        evaluate = self._counting(evaluate)
         seeds = seed_plans(self.problem, self.mode, self._bits_eval(evaluate),
                            int(s["edp_seeds"]), bool(s["greedy_seeds"]))
         if self.family:
             seeds = add_family_seeds(self.problem, self.mode, seeds, evaluate)
+        return seeds
+
+    def populate(self, seeds: Any, evaluate: Evaluate) -> None:
+        """The initial population: the best seeds, then random individuals (evaluated)."""
+        evaluate = self._counting(evaluate)
         fb, bb, n_seed = initial_population(self.problem, self.mode, self.P, self.rng, seeds)
         self.seed_labels = seeds.labels[:n_seed]
         self.pop_f[:] = fb.reshape(self.P, self.L)
@@ -166,6 +205,7 @@ class TiDGAPEngine(SearchAlgorithm):
             k[:n_seed] = seeds.caps[:n_seed]
             k[n_seed:] = random_caps(self.rng, self.P - n_seed, self.S, self.B)
             clamp_caps(k[n_seed:], self.cap_limits)
+        self.tie[:] = self._ties(self.pop_f, self.pop_b, self.pop_k)
         t = self.times
         t[:n_seed] = seeds.times[:n_seed]
         t[n_seed:] = evaluate(self._genomes(self.pop_f[n_seed:], self.pop_b[n_seed:],
@@ -175,8 +215,9 @@ class TiDGAPEngine(SearchAlgorithm):
 
     def _update_elites(self) -> None:
         """The best ``elites`` distinct individuals (a hall of fame: with elitism the
-        population always holds the best ever found)."""
-        self.elite_idx = self._vary.elite_rows(self.pop_f, self.pop_b, self.pop_k, self.times,
+        population always holds the best ever found); equal T: larger caps first."""
+        order = self._vary.elite_order(self.times, self.tie)
+        self.elite_idx = self._vary.elite_rows(self.pop_f, self.pop_b, self.pop_k, order,
                                                self.elites, self.recompute)
         best = float(self.times[self.elite_idx[0]])
         if best < self.best_time:
@@ -197,7 +238,7 @@ class TiDGAPEngine(SearchAlgorithm):
                 float(s["cxpb"]), float(s["mutpb"]), float(s["flip_rate"]),
                 float(s["shift_rate"]), float(s.get("copy_rate", 0.0)), self.B - 1,
                 self.recompute, self.phase == "local", int(self.elite_idx[0]),
-                self.pop_k, nk, float(s.get("cap_rate", 0.0)), self.B)
+                self.pop_k, nk, float(s.get("cap_rate", 0.0)), self.B, self.tie)
         nc = self._vary.vary(self.rng.random(self._nu), *args)
         while nc < 0:  # ran out of uniforms (rare): draw twice as many and vary again
             self._nu *= 2
@@ -219,6 +260,7 @@ class TiDGAPEngine(SearchAlgorithm):
             nb[n_off:n_off + el.size] = self.pop_b[el]
         nk[n_off:n_off + el.size] = self.pop_k[el]
         nt[n_off:n_off + el.size] = self.times[el]
+        self._tie[nxt][:] = self._ties(nf, nb, nk)
         return self._genomes(nf[:self._nc], nb[:self._nc], nk[:self._nc])
 
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
@@ -263,20 +305,23 @@ class TiDGAPEngine(SearchAlgorithm):
 
     def _move_best(self, times: np.ndarray, accept_equal: bool) -> tuple[bool, bool]:
         """Move the best individual to its best sampled neighbour (this generation's offspring)
-        when that is better, or equal and ``accept_equal`` (a step along a plateau of T, a max
-        over stages); returns ``(moved, improved)``."""
+        when that is better, or equal with larger caps, or equal and ``accept_equal`` (a step
+        along a plateau of T, a max over stages); returns ``(moved, improved)``."""
         if not times.size:
             return False, False
         nxt = 1 - self.cur
-        j = int(np.argmin(times))
+        tie = self._tie[nxt][:times.size]
+        j = int(self._vary.elite_order(times, tie)[0])
         e = int(self.elite_idx[0])
         improved = bool(times[j] < self.times[e])
-        if not (improved or (accept_equal and times[j] == self.times[e])):
+        equal = bool(times[j] == self.times[e])
+        if not (improved or (equal and (accept_equal or tie[j] < self.tie[e]))):
             return False, improved
         self.pop_f[e] = self._f[nxt][j]
         if self.recompute:
             self.pop_b[e] = self._b[nxt][j]
         self.pop_k[e] = self._k[nxt][j]
+        self.tie[e] = tie[j]
         self.times[e] = times[j]
         return True, improved
 
@@ -290,6 +335,104 @@ class TiDGAPEngine(SearchAlgorithm):
         i = int(self.elite_idx[0])
         return (self._genomes(self.pop_f[i:i + 1], self.pop_b[i:i + 1], self.pop_k[i:i + 1]),
                 float(self.times[i]))
+
+
+class IslandEngine(SearchAlgorithm):
+    """``K`` independent TiDGAP populations (islands) raced by successive halving.
+
+    A run's outcome is mostly decided early: on vgg16 stash with a population of 256, the
+    runs that end far from the best plan are already far behind after an eighth of the budget
+    (results/perf/quality.md). So ``K`` islands (each ``population / K``, its own random
+    stream from the run's seed, all seeded with the same EDP/greedy/family plans, evaluated
+    together in one objective call per generation) run side by side, and at evenly spaced
+    points up to the ``race`` fraction of the budget the worse half of the islands (by best T,
+    ties by caps) stops; the last island gets the rest of the budget. The budget fraction is
+    the largest of evaluations, generations and seconds used over their limits.
+    """
+
+    def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
+                 population: int, seed: int | None, objective: Objective,
+                 budget: Budget, islands: int, race: float) -> None:
+        import time
+
+        self._clock = time.perf_counter
+        self.budget = budget
+        per = population // islands
+        streams = np.random.SeedSequence(seed).spawn(islands)
+        self.islands = [TiDGAPEngine(problem, mode, settings, per, ss, objective,
+                                     budget.evaluations) for ss in streams]
+        self.active = list(range(islands))
+        halvings = max(1, int(np.ceil(np.log2(islands))))
+        self.race_at = [race * (i + 1) / halvings for i in range(halvings)]
+        self.used = 0
+        self.generation = 0
+        self._sizes: list[int] = []
+        self._t0 = self._clock()
+        self.seed_labels: list[str] = []
+
+    @property
+    def best_time(self) -> float:  # type: ignore[override]
+        return min(e.best_time for e in self.islands)
+
+    @property
+    def start_time(self) -> float:  # type: ignore[override]
+        return min(e.start_time for e in self.islands)
+
+    def _fraction(self) -> float:
+        b, f = self.budget, 0.0
+        if b.evaluations:
+            f = max(f, self.used / b.evaluations)
+        if b.generations:
+            f = max(f, self.generation / b.generations)
+        if b.seconds:
+            f = max(f, (self._clock() - self._t0) / b.seconds)
+        return f
+
+    def setup(self, evaluate: Evaluate) -> None:
+        self._t0 = self._clock()
+        first = self.islands[0]
+        before = first.used
+        seeds = first.make_seeds(evaluate)
+        self.used += first.used - before
+        for e in self.islands:
+            before = e.used
+            e.populate(seeds, evaluate)
+            self.used += e.used - before
+        self.seed_labels = first.seed_labels
+
+    def ask_size(self) -> int:
+        return sum(self.islands[i].ask_size() for i in self.active)
+
+    def ask(self) -> Genomes:
+        parts = [self.islands[i].ask() for i in self.active]
+        self._sizes = [len(g) for g in parts]
+        f = np.concatenate([g.fwd for g in parts])
+        b = f if parts[0].bwd is parts[0].fwd else np.concatenate([g.bwd for g in parts])
+        k = None if parts[0].caps is None else np.concatenate([g.caps for g in parts])
+        return Genomes(f, b, k)
+
+    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+        self.generation += 1
+        self.used += int(times.size)
+        a = 0
+        for i, n in zip(self.active, self._sizes):
+            g = Genomes(genomes.fwd[a:a + n], genomes.bwd[a:a + n],
+                        None if genomes.caps is None else genomes.caps[a:a + n])
+            self.islands[i].tell(g, times[a:a + n])
+            a += n
+        while len(self.active) > 1 and self.race_at and self._fraction() >= self.race_at[0]:
+            self.race_at.pop(0)
+            rank = sorted(self.active, key=lambda i: self._key(self.islands[i]))
+            self.active = sorted(rank[:max(1, len(rank) // 2)])
+
+    @staticmethod
+    def _key(e: TiDGAPEngine) -> tuple[float, int]:
+        i = int(e.elite_idx[0])
+        return float(e.times[i]), int(e.tie[i])
+
+    def best(self) -> tuple[Genomes, float]:
+        e = min(self.islands, key=self._key)
+        return e.best()
 
 
 class TiDGAP(SearchPlanner):
@@ -306,7 +449,11 @@ class TiDGAP(SearchPlanner):
     results/perf/quality.md), ``patience``
     (generations without improvement before a local generation; 0, the default: never),
     ``polish`` (the last fraction of an evaluation budget spent on local generations around
-    the best, each best move accepted when better or equal; 0, the default: none),
+    the best, each best move accepted when better or equal; 0, the default: none; needs
+    ``islands=1``),
+    ``islands`` (4: populations of ``population / islands`` raced by successive halving; 1: one
+    population; used only when each island gets at least :data:`ISLAND_FLOOR`), ``race``
+    (0.25: the budget fraction by which one island is left),
     ``copy_rate``
     (probability that a mutation also copies one stage's partition onto a neighbour stage:
     aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
@@ -324,6 +471,7 @@ class TiDGAP(SearchPlanner):
     default_budget = f"evals:{BUDGET_FLOOR}"
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
                 "patience": 0, "copy_rate": 1.0, "polish": 0.0,
+                "islands": 4, "race": 0.25,
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
 
@@ -344,6 +492,16 @@ class TiDGAP(SearchPlanner):
                                f"{s['polish']}")
         if not 0.0 <= s["copy_rate"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
+        if s["islands"] < 1:
+            raise PlannerError(f"planner {self.name!r}: islands must be >= 1, got "
+                               f"{s['islands']}")
+        if not 0.0 < s["race"] <= 1.0:
+            raise PlannerError(f"planner {self.name!r}: race must be in (0, 1], got "
+                               f"{s['race']}")
+        if s["polish"] > 0 and s["islands"] > 1:
+            raise PlannerError(f"planner {self.name!r}: polish needs islands=1 (it counts one "
+                               "population's evaluations), got islands="
+                               f"{s['islands']}")
         s["threads"] = parse_threads(self.name, s["threads"])
         check_schedule_setting(self.name, s)
         return s
@@ -364,4 +522,8 @@ class TiDGAP(SearchPlanner):
                        budget: Budget, seed: int | None, objective: Objective
                        ) -> SearchAlgorithm:
         P = ga_population(self.name, problem, mode, settings, budget)
+        K = int(settings["islands"])
+        if K > 1 and P // K >= ISLAND_FLOOR:
+            return IslandEngine(problem, mode, settings, P, seed, objective, budget, K,
+                                float(settings["race"]))
         return TiDGAPEngine(problem, mode, settings, P, seed, objective, budget.evaluations)

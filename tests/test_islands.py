@@ -1,0 +1,91 @@
+"""TiDGAP's islands (planners/tidgap.IslandEngine): independent populations raced by
+successive halving. What holds by construction: the budget and history contract, one seed one
+result, the race keeps the better half of the islands at the documented budget fractions, and
+the result is the best any island found."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from umpipe_bench.planners.base import Budget, PlannerError
+from umpipe_bench.planners.loop import SearchLoop, Termination
+from umpipe_bench.planners.tidgap import ISLAND_FLOOR, IslandEngine, TiDGAP, TiDGAPEngine
+from umpipe_bench.synthetic import synthetic_problem
+
+PROBLEM = synthetic_problem(4, 16, 0)
+BUDGET = "evals:120000"  # buys a population of 512: four islands of 128
+
+
+def _algorithm(planner: TiDGAP, mode: str = "stash", budget: str = BUDGET, seed: int = 0):
+    s = dict(planner.config)
+    b = Budget.parse(budget)
+    objective = planner.make_objective(PROBLEM, mode, s)
+    return planner.make_algorithm(PROBLEM, mode, s, b, seed, objective), objective, b
+
+
+def test_islands_are_used_only_when_each_gets_the_floor_population():
+    algo, _, _ = _algorithm(TiDGAP(population=512))
+    assert isinstance(algo, IslandEngine) and len(algo.islands) == 4
+    assert all(e.P == 512 // 4 >= ISLAND_FLOOR for e in algo.islands)
+    algo, _, _ = _algorithm(TiDGAP(population=512), budget="evals:20000")  # population 128
+    assert isinstance(algo, TiDGAPEngine)
+    algo, _, _ = _algorithm(TiDGAP(population=512, islands=1))
+    assert isinstance(algo, TiDGAPEngine)
+
+
+@pytest.mark.parametrize("mode", ["stash", "recompute"])
+def test_race_keeps_the_better_half_at_the_race_points(mode):
+    planner = TiDGAP(population=512, race=0.5)
+    algo, objective, budget = _algorithm(planner, mode)
+    loop = SearchLoop(objective, Termination(budget))
+    algo.setup(loop.evaluate)
+    assert algo.used == loop.evaluations  # the seeds were evaluated once, not per island
+    points = list(algo.race_at)
+    assert points == [0.25, 0.5]
+    culls = []
+    while not loop.termination.reached(loop.evaluations, 0, 0.0, algo.ask_size()):
+        before = list(algo.active)
+        g = algo.ask()
+        algo.tell(g, loop.evaluate(g))
+        assert algo.used == loop.evaluations
+        if algo.active != before:
+            keys = sorted((algo._key(algo.islands[i]), i) for i in before)
+            assert algo.active == sorted(i for _, i in keys[:len(before) // 2])
+            culls.append(loop.evaluations / budget.evaluations)
+    assert len(culls) == 2 and algo.active and len(algo.active) == 1
+    # each halving happens at the first generation that reaches its budget fraction
+    assert points[0] <= culls[0] < points[1] <= culls[1] < 0.6
+    genome, T = algo.best()
+    assert T == min(e.best_time for e in algo.islands) == algo.best_time
+    assert T == objective.evaluate(genome)[0]
+
+
+def test_islands_keep_the_contract_and_one_seed_gives_one_result():
+    a = TiDGAP(population=512).plan(PROBLEM, mode="recompute", seed=3, budget=BUDGET)
+    b = TiDGAP(population=512).plan(PROBLEM, mode="recompute", seed=3, budget=BUDGET)
+    assert a.evaluations <= 120000 and a.evaluations == b.evaluations
+    assert a.iteration_time == b.iteration_time and a.plan == b.plan
+    best = [r.best for r in a.history]
+    assert best == sorted(best, reverse=True)  # best so far never rises
+    assert [r.evaluations for r in a.history] == sorted(r.evaluations for r in a.history)
+
+
+def test_islands_draw_their_own_random_individuals():
+    algo, objective, budget = _algorithm(TiDGAP(population=512))
+    loop = SearchLoop(objective, Termination(budget))
+    algo.setup(loop.evaluate)
+    pops = [e.pop_f[-8:].copy() for e in algo.islands]  # the random tail of each population
+    for i in range(1, len(pops)):
+        assert not np.array_equal(pops[0], pops[i])
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"islands": 0}, "islands must be >= 1"),
+    ({"race": 0.0}, "race must be in"),
+    ({"race": 1.5}, "race must be in"),
+    ({"polish": 0.2}, "polish needs islands=1"),
+])
+def test_island_settings_are_checked_at_construction(settings, message):
+    with pytest.raises(PlannerError, match=message):
+        TiDGAP(**settings)
