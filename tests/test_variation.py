@@ -14,7 +14,7 @@ from umpipe_bench.synthetic import synthetic_problem
 
 def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, shift=2.0,
           stage_len=None, local=False, best=0, seed=0, cur_b=None, cur_k=None, cap_rate=0.0,
-          B=2):
+          B=2, copy=0.0, sync=0.0):
     rng = np.random.default_rng(seed)
     P, L = cur_f.shape
     recompute = cur_b is not None
@@ -24,9 +24,9 @@ def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, s
     nt = np.full(P, np.nan)
     ck = np.zeros((P, 0), np.int64) if cur_k is None else cur_k
     nk = np.zeros_like(ck)
-    args = (cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift, 0.0,
+    args = (cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift, copy,
             stage_len or L, recompute, local, best, ck, nk, cap_rate, B,
-            V.cap_ties(ck, B))
+            V.cap_ties(ck, B), sync)
     nc = V.vary(rng.random(8), *args)
     assert nc == -1  # too few uniforms: says so, the caller draws more
     nc = V.vary(rng.random(V.uniforms_needed(n_off, tournament, flip, shift, ck.shape[1])),
@@ -178,3 +178,26 @@ def test_cap_crossover_swaps_one_contiguous_run_of_stages():
         assert (a + b == 11).all()
         run = np.flatnonzero(a == 9)
         assert run.size >= 1 and (np.diff(run) == 1).all()
+
+
+def test_sync_copies_one_stage_between_the_chromosomes():
+    """``sync_rate`` 1 with no other change: each offspring's forward and backward bits agree
+    on exactly one stage (one chromosome took the other's partition there) and nothing else
+    moved."""
+    S, Ls, P = 5, 6, 40
+    cur_f = np.zeros((P, S * Ls), np.uint8)
+    cur_b = np.ones((P, S * Ls), np.uint8)
+    nc, nf, nb, _ = _vary(cur_f, np.ones(P), P, cxpb=0.0, mutpb=1.0, flip=0.0, shift=0.0,
+                          stage_len=Ls, cur_b=cur_b, sync=1.0, seed=4)
+    assert nc == P
+    to_b = to_f = 0
+    for k in range(P):
+        f, b = nf[k].reshape(S, Ls), nb[k].reshape(S, Ls)
+        same = [s for s in range(S) if (f[s] == b[s]).all()]
+        assert len(same) == 1
+        s = same[0]
+        rest = [t for t in range(S) if t != s]
+        assert (f[rest] == 0).all() and (b[rest] == 1).all()
+        to_b += int((b[s] == 0).all())
+        to_f += int((f[s] == 1).all())
+    assert to_b > 5 and to_f > 5  # both directions happen

@@ -172,7 +172,7 @@ def uniforms_needed(n_off: int, tournament: int, flip_rate: float, shift_rate: f
 @njit(cache=True)
 def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxpb, mutpb,
          flip_rate, shift_rate, copy_rate, stage_len, recompute, local, best,
-         cur_k, nxt_k, cap_rate, B, tie):  # pragma: no cover
+         cur_k, nxt_k, cap_rate, B, tie, sync_rate=0.0):  # pragma: no cover
     """Write ``n_off`` offspring of ``cur_*`` into rows ``0..n_off-1`` of ``nxt_*``, the
     changed ones first; copy the unchanged ones' times into ``nxt_times``. Returns the number
     of changed offspring (the rows to evaluate), or -1 when the uniforms ``u`` (drawn in bulk
@@ -185,6 +185,8 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
     probability ``cap_rate / S``, and a local move is a cap move a quarter of the time.
 
     ``tie`` (``[P]``, lower wins) breaks a tournament between equal times (:func:`cap_ties`).
+    In recompute, a mutated offspring then, with probability ``sync_rate``, copies one random
+    stage's forward bits onto its backward ones or the reverse (even odds).
     """
     P, L = cur_f.shape
     S = L // stage_len if stage_len > 0 else 0
@@ -276,6 +278,19 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
             c = _mutate(u, c, nxt_f[pos[k]], L, stage_len, S, pflip, pshift, copy_rate)
             if c >= 0 and recompute:
                 c = _mutate(u, c, nxt_b[pos[k]], L, stage_len, S, pflip, pshift, copy_rate)
+            if c >= 0 and recompute and sync_rate > 0.0:
+                if c + 3 > u.shape[0]:
+                    return -1
+                if u[c] < sync_rate:
+                    st = _int(u, c + 1, S)
+                    fr = nxt_f[pos[k]]
+                    br = nxt_b[pos[k]]
+                    for i in range(st * stage_len, (st + 1) * stage_len):
+                        if u[c + 2] < 0.5:
+                            br[i] = fr[i]
+                        else:
+                            fr[i] = br[i]
+                c += 3
             if c >= 0 and Sk > 0:
                 c = _mutate_caps(u, c, nxt_k[pos[k]], B, min(1.0, cap_rate / Sk))
             if c < 0:
