@@ -26,7 +26,7 @@ def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, s
     nk = np.zeros_like(ck)
     args = (cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift, copy,
             stage_len or L, recompute, local, best, ck, nk, cap_rate, B,
-            V.cap_ties(ck, B), sync)
+            V.cap_ties(ck, B), sync, np.zeros(1, np.int64))
     nc = V.vary(rng.random(8), *args)
     assert nc == -1  # too few uniforms: says so, the caller draws more
     nc = V.vary(rng.random(V.uniforms_needed(n_off, tournament, flip, shift, ck.shape[1])),
@@ -109,8 +109,8 @@ def test_elite_rows_are_distinct_and_best_first():
     pop = np.array([[1, 0], [1, 0], [0, 1], [0, 0]], np.uint8)
     times = np.array([1.0, 1.0, 2.0, 0.5])
     no_caps = np.zeros((len(pop), 0), np.int64)
-    order = V.elite_order(times, V.cap_ties(no_caps, 2))
-    assert V.elite_rows(pop, pop, no_caps, order, 3, False).tolist() == [3, 0, 2]
+    tie = V.cap_ties(no_caps, 2)
+    assert V.elite_rows(pop, pop, no_caps, times, tie, 3, False).tolist() == [3, 0, 2]
 
 
 def test_equal_times_rank_larger_caps_first():
@@ -125,7 +125,13 @@ def test_equal_times_rank_larger_caps_first():
     pop = np.arange(8, dtype=np.uint8).reshape(4, 2)  # all distinct
     order = V.elite_order(times, tie)
     assert order.tolist() == [3, 1, 2, 0]
-    assert V.elite_rows(pop, pop, caps, order, 4, False).tolist() == [3, 1, 2, 0]
+    assert V.elite_rows(pop, pop, caps, times, tie, 4, False).tolist() == [3, 1, 2, 0]
+    # the compiled order equals numpy's lexsort on random times with many ties
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        t = rng.integers(0, 5, 40).astype(float)
+        ti = rng.integers(-3, 0, 40)
+        assert V._tie_order(t, ti).tolist() == V.elite_order(t, ti).tolist()
     # tournaments of size 2 between rows 0 and 1 (equal T): row 1 always wins
     cur = np.zeros((2, 3), np.uint8)
     t2 = np.array([1.0, 1.0])

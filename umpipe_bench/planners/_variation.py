@@ -172,7 +172,7 @@ def uniforms_needed(n_off: int, tournament: int, flip_rate: float, shift_rate: f
 @njit(cache=True)
 def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxpb, mutpb,
          flip_rate, shift_rate, copy_rate, stage_len, recompute, local, best,
-         cur_k, nxt_k, cap_rate, B, tie, sync_rate=0.0):  # pragma: no cover
+         cur_k, nxt_k, cap_rate, B, tie, sync_rate, used):  # pragma: no cover
     """Write ``n_off`` offspring of ``cur_*`` into rows ``0..n_off-1`` of ``nxt_*``, the
     changed ones first; copy the unchanged ones' times into ``nxt_times``. Returns the number
     of changed offspring (the rows to evaluate), or -1 when the uniforms ``u`` (drawn in bulk
@@ -185,6 +185,8 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
     probability ``cap_rate / S``, and a local move is a cap move a quarter of the time.
 
     ``tie`` (``[P]``, lower wins) breaks a tournament between equal times (:func:`cap_ties`).
+    ``used[0]`` receives the number of uniforms a successful call read (the caller sizes its
+    next draw by it: drawing them is a tenth of a small generation's time).
     In recompute, a mutated offspring then, with probability ``sync_rate``, copies one random
     stage's forward bits onto its backward ones or the reverse (even odds).
     """
@@ -242,6 +244,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
         for i in range(Sk):
             nxt_k[d, i] = cur_k[a, i]
     if L == 0:
+        used[0] = c
         return nc
     if local:
         for k in range(n_off):
@@ -258,6 +261,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
                 c = _one_move(u, c + 1, nxt_f[pos[k]], L, stage_len, S)
             if c < 0:
                 return -1
+        used[0] = c
         return nc
     nchrom = 2 if recompute else 1
     if n_off * 2 * nchrom > u.shape[0] - c:
@@ -295,6 +299,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
                 c = _mutate_caps(u, c, nxt_k[pos[k]], B, min(1.0, cap_rate / Sk))
             if c < 0:
                 return -1
+    used[0] = c
     return nc
 
 
@@ -320,9 +325,32 @@ def elite_order(times: np.ndarray, tie: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def elite_rows(pop_f, pop_b, pop_k, order, k, recompute):  # pragma: no cover - compiled
-    """The ``k`` best distinct individuals (bits and caps) taken in ``order``
-    (:func:`elite_order`: lowest T first, ties by caps, then lower row)."""
+def _tie_order(times, tie):  # pragma: no cover - compiled
+    """:func:`elite_order` compiled: rows by T, equal T by ``tie``, then by row."""
+    order = np.argsort(times, kind="mergesort")
+    n = order.size
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and times[order[j]] == times[order[i]]:
+            j += 1
+        for a in range(i + 1, j):  # insertion sort of the run of equal T (runs are short)
+            r = order[a]
+            b = a - 1
+            while b >= i and (tie[order[b]] > tie[r]
+                              or (tie[order[b]] == tie[r] and order[b] > r)):
+                order[b + 1] = order[b]
+                b -= 1
+            order[b + 1] = r
+        i = j
+    return order
+
+
+@njit(cache=True)
+def elite_rows(pop_f, pop_b, pop_k, times, tie, k, recompute):  # pragma: no cover - compiled
+    """The ``k`` best distinct individuals (bits and caps): lowest T first, equal T by
+    ``tie`` (:func:`cap_ties`), then lower row (:func:`elite_order`)."""
+    order = _tie_order(times, tie)
     out = np.empty(k, np.int64)
     n = 0
     L = pop_f.shape[1]

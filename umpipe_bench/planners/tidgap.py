@@ -138,6 +138,13 @@ class TiDGAPEngine(SearchAlgorithm):
         self._nu = self._vary.uniforms_needed(self.P, int(settings["tournament"]),
                                               float(settings["flip_rate"]),
                                               float(settings["shift_rate"]), self.Sk)
+        self._used = np.zeros(1, np.int64)
+        s = settings
+        self._rates = ((int(s["tournament"]), float(s["cxpb"]), float(s["mutpb"]),
+                        float(s["flip_rate"]), float(s["shift_rate"]),
+                        float(s.get("copy_rate", 0.0))),
+                       (float(s.get("cap_rate", 0.0)), self.B))
+        self._sync = (float(s.get("sync_rate", 0.0)),)
         self.best_time = float("inf")
         self.start_time = float("inf")
 
@@ -220,9 +227,8 @@ class TiDGAPEngine(SearchAlgorithm):
     def _update_elites(self) -> None:
         """The best ``elites`` distinct individuals (a hall of fame: with elitism the
         population always holds the best ever found); equal T: larger caps first."""
-        order = self._vary.elite_order(self.times, self.tie)
-        self.elite_idx = self._vary.elite_rows(self.pop_f, self.pop_b, self.pop_k, order,
-                                               self.elites, self.recompute)
+        self.elite_idx = self._vary.elite_rows(self.pop_f, self.pop_b, self.pop_k, self.times,
+                                               self.tie, self.elites, self.recompute)
         best = float(self.times[self.elite_idx[0]])
         if best < self.best_time:
             self.best_time = best
@@ -234,16 +240,13 @@ class TiDGAPEngine(SearchAlgorithm):
         return self.P - self.elites
 
     def ask(self) -> Genomes:
-        s = self.settings
         nxt = 1 - self.cur
         n_off = self.P - self.elites
         nf, nb, nt, nk = self._f[nxt], self._b[nxt], self._t[nxt], self._k[nxt]
-        args = (self.pop_f, self.pop_b, self.times, nf, nb, nt, n_off, int(s["tournament"]),
-                float(s["cxpb"]), float(s["mutpb"]), float(s["flip_rate"]),
-                float(s["shift_rate"]), float(s.get("copy_rate", 0.0)), self.B - 1,
+        rates, caps = self._rates
+        args = (self.pop_f, self.pop_b, self.times, nf, nb, nt, n_off, *rates, self.B - 1,
                 self.recompute, self.phase == "local", int(self.elite_idx[0]),
-                self.pop_k, nk, float(s.get("cap_rate", 0.0)), self.B, self.tie,
-                float(s.get("sync_rate", 0.0)))
+                self.pop_k, nk, *caps, self.tie, *self._sync, self._used)
         nc = self._vary.vary(self.rng.random(self._nu), *args)
         while nc < 0:  # ran out of uniforms (rare): draw twice as many and vary again
             self._nu *= 2
