@@ -26,7 +26,7 @@ def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, s
     nk = np.zeros_like(ck)
     args = (cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift, copy,
             stage_len or L, recompute, local, best, ck, nk, cap_rate, B,
-            V.cap_ties(ck, B), sync, np.zeros(1, np.int64))
+            V.cap_ties(ck, B), sync)
     nc = V.vary(rng.random(8), *args)
     assert nc == -1  # too few uniforms: says so, the caller draws more
     nc = V.vary(rng.random(V.uniforms_needed(n_off, tournament, flip, shift, ck.shape[1])),

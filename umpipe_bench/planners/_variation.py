@@ -172,7 +172,7 @@ def uniforms_needed(n_off: int, tournament: int, flip_rate: float, shift_rate: f
 @njit(cache=True)
 def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxpb, mutpb,
          flip_rate, shift_rate, copy_rate, stage_len, recompute, local, best,
-         cur_k, nxt_k, cap_rate, B, tie, sync_rate, used):  # pragma: no cover
+         cur_k, nxt_k, cap_rate, B, tie, sync_rate):  # pragma: no cover
     """Write ``n_off`` offspring of ``cur_*`` into rows ``0..n_off-1`` of ``nxt_*``, the
     changed ones first; copy the unchanged ones' times into ``nxt_times``. Returns the number
     of changed offspring (the rows to evaluate), or -1 when the uniforms ``u`` (drawn in bulk
@@ -185,8 +185,6 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
     probability ``cap_rate / S``, and a local move is a cap move a quarter of the time.
 
     ``tie`` (``[P]``, lower wins) breaks a tournament between equal times (:func:`cap_ties`).
-    ``used[0]`` receives the number of uniforms a successful call read (the caller sizes its
-    next draw by it: drawing them is a tenth of a small generation's time).
     In recompute, a mutated offspring then, with probability ``sync_rate``, copies one random
     stage's forward bits onto its backward ones or the reverse (even odds).
     """
@@ -244,7 +242,6 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
         for i in range(Sk):
             nxt_k[d, i] = cur_k[a, i]
     if L == 0:
-        used[0] = c
         return nc
     if local:
         for k in range(n_off):
@@ -261,7 +258,6 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
                 c = _one_move(u, c + 1, nxt_f[pos[k]], L, stage_len, S)
             if c < 0:
                 return -1
-        used[0] = c
         return nc
     nchrom = 2 if recompute else 1
     if n_off * 2 * nchrom > u.shape[0] - c:
@@ -299,7 +295,6 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
                 c = _mutate_caps(u, c, nxt_k[pos[k]], B, min(1.0, cap_rate / Sk))
             if c < 0:
                 return -1
-    used[0] = c
     return nc
 
 

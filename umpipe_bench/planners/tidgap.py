@@ -138,13 +138,12 @@ class TiDGAPEngine(SearchAlgorithm):
         self._nu = self._vary.uniforms_needed(self.P, int(settings["tournament"]),
                                               float(settings["flip_rate"]),
                                               float(settings["shift_rate"]), self.Sk)
-        self._used = np.zeros(1, np.int64)
         s = settings
         self._rates = ((int(s["tournament"]), float(s["cxpb"]), float(s["mutpb"]),
                         float(s["flip_rate"]), float(s["shift_rate"]),
                         float(s.get("copy_rate", 0.0))),
                        (float(s.get("cap_rate", 0.0)), self.B))
-        self._sync = (float(s.get("sync_rate", 0.0)),)
+        self._sync = float(s.get("sync_rate", 0.0))
         self.best_time = float("inf")
         self.start_time = float("inf")
 
@@ -246,7 +245,7 @@ class TiDGAPEngine(SearchAlgorithm):
         rates, caps = self._rates
         args = (self.pop_f, self.pop_b, self.times, nf, nb, nt, n_off, *rates, self.B - 1,
                 self.recompute, self.phase == "local", int(self.elite_idx[0]),
-                self.pop_k, nk, *caps, self.tie, *self._sync, self._used)
+                self.pop_k, nk, *caps, self.tie, self._sync)
         nc = self._vary.vary(self.rng.random(self._nu), *args)
         while nc < 0:  # ran out of uniforms (rare): draw twice as many and vary again
             self._nu *= 2
