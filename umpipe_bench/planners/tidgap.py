@@ -18,7 +18,7 @@ Robustness over seeds (the same budget, less luck) comes from a large population
 (DGAP's flip rate, four times its shift rate: on the schedule family, at the same budget, the
 median gap to the best known plan fell from +3.2 % to +2.0 % on vgg16 recompute and from +2.4 %
 to +1.6 % on gpt1-14 stash, results/perf/quality.md) and a stage-copy mutation (a stage takes a
-neighbour stage's partition, ``copy_rate``), and from two means measured on the schedule
+neighbour stage's partition, ``copy_rate``), and from three means measured on the schedule
 family (results/perf/quality.md):
 
 * **equal T prefers larger caps**: T is a maximum over paths, so most cap genes do not change
@@ -53,6 +53,7 @@ stops wherever the clock says).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,7 @@ from .evaluator import BACKENDS
 from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
 from .loop import Evaluate, SearchAlgorithm, SearchPlanner
 from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
-from .seeding import add_family_seeds, initial_population, seed_plans
+from .seeding import Seeds, add_family_seeds, initial_population, seed_plans
 from .threads import apply_threads, parse_threads
 
 __all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "IslandEngine", "TiDGAP",
@@ -174,9 +175,6 @@ class TiDGAPEngine(SearchAlgorithm):
         return Genomes(gf, b.reshape(shape) if self.recompute else gf,
                        k if self.family else None)
 
-    def _ties(self, f: np.ndarray, b: np.ndarray, k: np.ndarray) -> np.ndarray:
-        return self._vary.cap_ties(k, self.B)
-
     def _bits_eval(self, evaluate: Evaluate) -> Any:
         def run(fb: np.ndarray, bb: np.ndarray) -> np.ndarray:
             return evaluate(Genomes(fb, bb if self.recompute else fb))
@@ -192,7 +190,7 @@ class TiDGAPEngine(SearchAlgorithm):
             return evaluate(g)
         return counted
 
-    def make_seeds(self, evaluate: Evaluate) -> Any:
+    def make_seeds(self, evaluate: Evaluate) -> Seeds:
         """The seed plans (EDP scans, greedy plans, the family's 1F1B-EDP plans), evaluated."""
         s = self.settings
         evaluate = self._counting(evaluate)
@@ -202,7 +200,7 @@ class TiDGAPEngine(SearchAlgorithm):
             seeds = add_family_seeds(self.problem, self.mode, seeds, evaluate)
         return seeds
 
-    def populate(self, seeds: Any, evaluate: Evaluate) -> None:
+    def populate(self, seeds: Seeds, evaluate: Evaluate) -> None:
         """The initial population: the best seeds, then random individuals (evaluated)."""
         evaluate = self._counting(evaluate)
         fb, bb, n_seed = initial_population(self.problem, self.mode, self.P, self.rng, seeds)
@@ -215,7 +213,7 @@ class TiDGAPEngine(SearchAlgorithm):
             k[:n_seed] = seeds.caps[:n_seed]
             k[n_seed:] = random_caps(self.rng, self.P - n_seed, self.S, self.B)
             clamp_caps(k[n_seed:], self.cap_limits)
-        self.tie[:] = self._ties(self.pop_f, self.pop_b, self.pop_k)
+        self.tie[:] = self._vary.cap_ties(self.pop_k, self.B)
         t = self.times
         t[:n_seed] = seeds.times[:n_seed]
         t[n_seed:] = evaluate(self._genomes(self.pop_f[n_seed:], self.pop_b[n_seed:],
@@ -267,7 +265,7 @@ class TiDGAPEngine(SearchAlgorithm):
             nb[n_off:n_off + el.size] = self.pop_b[el]
         nk[n_off:n_off + el.size] = self.pop_k[el]
         nt[n_off:n_off + el.size] = self.times[el]
-        self._tie[nxt][:] = self._ties(nf, nb, nk)
+        self._tie[nxt][:] = self._vary.cap_ties(nk, self.B)
         return self._genomes(nf[:self._nc], nb[:self._nc], nk[:self._nc])
 
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
@@ -360,9 +358,6 @@ class IslandEngine(SearchAlgorithm):
     def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
                  population: int, seed: int | None, objective: Objective,
                  budget: Budget, islands: int, race: float) -> None:
-        import time
-
-        self._clock = time.perf_counter
         self.budget = budget
         per = population // islands
         streams = np.random.SeedSequence(seed).spawn(islands)
@@ -371,11 +366,15 @@ class IslandEngine(SearchAlgorithm):
         self.active = list(range(islands))
         halvings = max(1, int(np.ceil(np.log2(islands))))
         self.race_at = [race * (i + 1) / halvings for i in range(halvings)]
-        self.used = 0
         self.generation = 0
         self._sizes: list[int] = []
-        self._t0 = self._clock()
+        self._t0 = time.perf_counter()
         self.seed_labels: list[str] = []
+
+    @property
+    def used(self) -> int:
+        """Evaluations asked for so far, all islands (seeds counted once)."""
+        return sum(e.used for e in self.islands)
 
     @property
     def best_time(self) -> float:  # type: ignore[override]
@@ -392,19 +391,15 @@ class IslandEngine(SearchAlgorithm):
         if b.generations:
             f = max(f, self.generation / b.generations)
         if b.seconds:
-            f = max(f, (self._clock() - self._t0) / b.seconds)
+            f = max(f, (time.perf_counter() - self._t0) / b.seconds)
         return f
 
     def setup(self, evaluate: Evaluate) -> None:
-        self._t0 = self._clock()
+        self._t0 = time.perf_counter()
         first = self.islands[0]
-        before = first.used
-        seeds = first.make_seeds(evaluate)
-        self.used += first.used - before
+        seeds = first.make_seeds(evaluate)  # once, counted by the first island
         for e in self.islands:
-            before = e.used
             e.populate(seeds, evaluate)
-            self.used += e.used - before
         self.seed_labels = first.seed_labels
 
     def ask_size(self) -> int:
@@ -420,7 +415,6 @@ class IslandEngine(SearchAlgorithm):
 
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
         self.generation += 1
-        self.used += int(times.size)
         a = 0
         for i, n in zip(self.active, self._sizes):
             g = Genomes(genomes.fwd[a:a + n], genomes.bwd[a:a + n],
