@@ -16,7 +16,7 @@ Same encoding, seeding, operator distributions, elitism and budget accounting as
 Robustness over seeds (the same budget, less luck) comes from a large population (up to 1024,
 :func:`.ga.population_size`), mutation that moves boundaries more than it adds or removes them
 (DGAP's flip rate, four times its shift rate: on the schedule family, at the same budget, the
-median gap to the best known plan fell from +3.2 % to +2.0 % on vgg16 recompute and from +2.4 %
+median gap to the best plan then known fell from +3.2 % to +2.0 % on vgg16 recompute and from +2.4 %
 to +1.6 % on gpt1-14 stash, results/perf/quality.md) and a stage-copy mutation (a stage takes a
 neighbour stage's partition, ``copy_rate``), and from three means measured on the schedule
 family (results/perf/quality.md):
@@ -440,8 +440,8 @@ class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
     Budget: without one, ``evals:max(200000, 12*S*(B-1))`` (:func:`default_evaluations`: the
-    budget grows with the chromosome; at S = 64, B = 1024 doubling it gains 0.35 % stash and
-    1.10 % recompute, results/perf/convergence.md); any ``--budget`` overrides it.
+    budget grows with the chromosome; at S = 64, B = 1024 doubling it gains 0.78 % stash and
+    1.75 % recompute, results/perf/convergence.md, session 17); any ``--budget`` overrides it.
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
