@@ -39,14 +39,17 @@ def _curve(history: Any) -> list[tuple[float, float]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from umpipe_bench.cli.plan import _parse_sets
     from umpipe_bench.registry import get_planner, get_problem
+
+    settings = _parse_sets(args.settings)
 
     out = open(args.out, "a", encoding="utf-8") if args.out else sys.stdout
     for name in args.problems:
         problem = get_problem(name)
         for mode in args.modes:
             for seed in args.seeds:
-                res = get_planner(args.planner).plan(problem, mode=mode, seed=seed,
+                res = get_planner(args.planner, **settings).plan(problem, mode=mode, seed=seed,
                                                      budget=args.budget)
                 row = {"build": args.build, "problem": name, "mode": mode, "seed": seed,
                        "T": res.iteration_time, "wall_time": res.wall_time,
@@ -100,6 +103,8 @@ def main() -> int:
     ap.add_argument("--modes", nargs="+", default=list(MODES))
     ap.add_argument("--seeds", nargs="+", type=int, default=list(range(10)))
     ap.add_argument("--budget", default=None, help="default: the planner's own")
+    ap.add_argument("--set", dest="settings", action="append", metavar="KEY=VALUE",
+                    help="a planner setting (repeatable; default: the planner's defaults)")
     ap.add_argument("--build", default="after", help="label of this build in the table")
     ap.add_argument("--out", default=None, help="append JSON lines here (default: stdout)")
     ap.add_argument("--table", nargs="+", default=None, metavar="JSONL",

@@ -314,14 +314,10 @@ def cap_ties(caps: np.ndarray, B: int) -> np.ndarray:
     return -np.minimum(caps, B).sum(axis=1)
 
 
-def elite_order(times: np.ndarray, tie: np.ndarray) -> np.ndarray:
-    """Rows by T, then by :func:`cap_ties`, then by row (stable)."""
-    return np.lexsort((tie, times))
-
-
 @njit(cache=True)
-def _tie_order(times, tie):  # pragma: no cover - compiled
-    """:func:`elite_order` compiled: rows by T, equal T by ``tie``, then by row."""
+def elite_order(times, tie):  # pragma: no cover - compiled
+    """Rows by T, equal T by ``tie`` (:func:`cap_ties`), then by row (numpy's
+    ``lexsort((tie, times))``, compiled: it runs every generation)."""
     order = np.argsort(times, kind="mergesort")
     n = order.size
     i = 0
@@ -345,7 +341,7 @@ def _tie_order(times, tie):  # pragma: no cover - compiled
 def elite_rows(pop_f, pop_b, pop_k, times, tie, k, recompute):  # pragma: no cover - compiled
     """The ``k`` best distinct individuals (bits and caps): lowest T first, equal T by
     ``tie`` (:func:`cap_ties`), then lower row (:func:`elite_order`)."""
-    order = _tie_order(times, tie)
+    order = elite_order(times, tie)
     out = np.empty(k, np.int64)
     n = 0
     L = pop_f.shape[1]

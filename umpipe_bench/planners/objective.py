@@ -37,10 +37,14 @@ class Genomes:
     def __len__(self) -> int:
         return int(self.fwd.shape[0])
 
+    def rows(self, a: int, b: int) -> Genomes:
+        """Genomes ``a..b-1`` as a batch (views, no copy)."""
+        return Genomes(self.fwd[a:b], self.bwd[a:b],
+                       None if self.caps is None else self.caps[a:b])
+
     def row(self, i: int) -> Genomes:
         """Genome ``i`` as a batch of one (views, no copy)."""
-        return Genomes(self.fwd[i:i + 1], self.bwd[i:i + 1],
-                       None if self.caps is None else self.caps[i:i + 1])
+        return self.rows(i, i + 1)
 
     def copy(self) -> Genomes:
         f = self.fwd.copy()

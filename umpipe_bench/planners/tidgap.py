@@ -136,14 +136,13 @@ class TiDGAPEngine(SearchAlgorithm):
         self.polishing = False
         self.used = 0  # evaluations this engine asked for (setup and generations)
         self._nc = 0
-        self._nu = self._vary.uniforms_needed(self.P, int(settings["tournament"]),
-                                              float(settings["flip_rate"]),
-                                              float(settings["shift_rate"]), self.Sk)
         s = settings
-        self._rates = ((int(s["tournament"]), float(s["cxpb"]), float(s["mutpb"]),
-                        float(s["flip_rate"]), float(s["shift_rate"]),
-                        float(s.get("copy_rate", 0.0))),
-                       (float(s.get("cap_rate", 0.0)), self.B))
+        # the variation call's settings, parsed once: (tournament, cxpb, mutpb, flip_rate,
+        # shift_rate, copy_rate) and (cap_rate, B)
+        rates = (int(s["tournament"]), float(s["cxpb"]), float(s["mutpb"]),
+                 float(s["flip_rate"]), float(s["shift_rate"]), float(s.get("copy_rate", 0.0)))
+        self._rates = (rates, (float(s.get("cap_rate", 0.0)), self.B))
+        self._nu = self._vary.uniforms_needed(self.P, rates[0], rates[3], rates[4], self.Sk)
         self._sync = float(s.get("sync_rate", 0.0))
         self.best_time = float("inf")
         self.start_time = float("inf")
@@ -417,9 +416,7 @@ class IslandEngine(SearchAlgorithm):
         self.generation += 1
         a = 0
         for i, n in zip(self.active, self._sizes):
-            g = Genomes(genomes.fwd[a:a + n], genomes.bwd[a:a + n],
-                        None if genomes.caps is None else genomes.caps[a:a + n])
-            self.islands[i].tell(g, times[a:a + n])
+            self.islands[i].tell(genomes.rows(a, a + n), times[a:a + n])
             a += n
         while len(self.active) > 1 and self.race_at and self._fraction() >= self.race_at[0]:
             self.race_at.pop(0)
