@@ -22,12 +22,16 @@
 # has no GPU (the scripts only checked with bash -n and the budget arithmetic).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The device image has no install of this package and may have no `python`: run the module
+# from the checkout with python3 (override with PYTHON=...).
+PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=problems/data
 mkdir -p "$OUT"
 PRE_S=20; GPT_S=210; VGG_S=210; POST_S=20
 (( PRE_S + GPT_S + VGG_S + POST_S < 480 )) || { echo "budgets exceed 8 minutes" >&2; exit 2; }
 
-timeout "$PRE_S" python - <<'PY'
+timeout "$PRE_S" "$PY" - <<'PY'
 import sys
 import torch
 if not torch.cuda.is_available():
@@ -36,7 +40,7 @@ for i in range(torch.cuda.device_count()):
     p = torch.cuda.get_device_properties(i)
     print(f"GPU {i}: {p.name}, {p.total_memory / 2**30:.1f} GiB")
 PY
-NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
+NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count())")
 BACKEND=gloo
 if [[ "$NGPU" -ge 2 ]]; then BACKEND=nccl; fi
 export OMP_NUM_THREADS=4
@@ -44,8 +48,8 @@ export OMP_NUM_THREADS=4
 run() {  # budget seconds, name, then profile arguments
     local budget=$1 name=$2; shift 2
     local t0=$SECONDS
-    echo "=== $name: umpipe-bench profile $* (budget ${budget} s, $(date -u +%H:%M:%S))"
-    if ! timeout --kill-after=5 "$budget" umpipe-bench profile "$@" --device cuda --threads 4 \
+    echo "=== $name: $PY -m umpipe_bench profile $* (budget ${budget} s, $(date -u +%H:%M:%S))"
+    if ! timeout --kill-after=5 "$budget" "$PY" -m umpipe_bench profile "$@" --device cuda --threads 4 \
         --link-backend "$BACKEND" --repeats 10 --warmup 3 --no-progress --out "$OUT/$name.json"
     then
         echo "=== $name: failed or over its ${budget} s budget" >&2
@@ -58,7 +62,7 @@ run "$GPT_S" gpt1-14-cuda gpt1 --batch 32 --seq 512
 run "$VGG_S" vgg16-cuda vgg16 --batch 64 --image 224
 
 # device memory into the files (the profiler records the device's name), then the headline rows
-timeout "$POST_S" python - "$OUT/gpt1-14-cuda.json" "$OUT/vgg16-cuda.json" <<'PY'
+timeout "$POST_S" "$PY" - "$OUT/gpt1-14-cuda.json" "$OUT/vgg16-cuda.json" <<'PY'
 import json, sys
 import torch
 from umpipe_bench.problem import Problem
