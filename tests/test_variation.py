@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from umpipe_bench.planners import _variation as V
-from umpipe_bench.planners.tidgap import TiDGAP
+from umpipe_bench.planners.tidgap import TiDGAP, TiDGAPEngine
 from umpipe_bench.synthetic import synthetic_problem
 
 
@@ -26,7 +26,7 @@ def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, s
     nk = np.zeros_like(ck)
     args = (cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift, copy,
             stage_len or L, recompute, local, best, ck, nk, cap_rate, B,
-            V.cap_ties(ck, B), sync)
+            V.cap_ties(ck, B), sync, np.zeros(1, np.int64))
     nc = V.vary(rng.random(8), *args)
     assert nc == -1  # too few uniforms: says so, the caller draws more
     nc = V.vary(rng.random(V.uniforms_needed(n_off, tournament, flip, shift, ck.shape[1])),
@@ -53,14 +53,15 @@ def test_shifts_stay_in_stage():
     for _ in range(100):
         row = np.zeros(S * L, np.uint8)
         row[L - 1] = 1  # a cut at the last bit of stage 0
-        V._mutate(rng.random(64), 0, row, S * L, L, S, 0.0, 1.0, 0.0)
+        V._mutate(rng.random(64), 0, row, S * L, L, S, 0.0, 1.0, 0.0, 0.0,
+                  V._p0(S * (L - 1), 1.0))
         assert row[:L].sum() == 1 and row[L:].sum() == 0
 
 
 @pytest.mark.parametrize("n,p", [(10, 0.1), (200, 0.005), (5, 0.6), (7, 1.0), (7, 0.0)])
 def test_binomial_by_inversion(n, p):
     rng = np.random.default_rng(5)
-    k = np.array([V._binomial(x, n, p) for x in rng.random(20000)])
+    k = np.array([V._binomial(x, n, p, V._p0(n, p)) for x in rng.random(20000)])
     assert 0 <= k.min() and k.max() <= n
     assert k.mean() == pytest.approx(n * p, abs=0.05 * max(1.0, n * p))
     assert k.var() == pytest.approx(n * p * (1 - p), abs=0.08 * max(1.0, n * p))
@@ -207,3 +208,80 @@ def test_sync_copies_one_stage_between_the_chromosomes():
         to_b += int((b[s] == 0).all())
         to_f += int((f[s] == 1).all())
     assert to_b > 5 and to_f > 5  # both directions happen
+
+
+def test_vary_reads_a_prefix_and_says_how_long():
+    """``used`` is the number of uniforms a call read: the same call on exactly that prefix
+    writes the same offspring (what lets the engine draw only a prefix)."""
+    rng = np.random.default_rng(3)
+    P, S, Ls = 40, 4, 7
+    L = S * Ls
+    cur_f = (rng.random((P, L)) < 0.4).astype(np.uint8)
+    cur_b = (rng.random((P, L)) < 0.4).astype(np.uint8)
+    cur_k = rng.integers(1, 9, (P, S))
+    times = rng.random(P)
+    u = rng.random(V.uniforms_needed(P - 2, 3, 1.0, 8.0, S))
+    outs = []
+    for buf in (u, None):
+        nf, nb, nk = np.zeros_like(cur_f), np.zeros_like(cur_b), np.zeros_like(cur_k)
+        nt = np.full(P, np.nan)
+        used = np.zeros(1, np.int64)
+        args = (cur_f, cur_b, times, nf, nb, nt, P - 2, 3, 0.7, 0.6, 1.0, 8.0, 1.0, Ls, True,
+                False, 0, cur_k, nk, 1.0, 8, V.cap_ties(cur_k, 8), 0.5, used)
+        nc = V.vary(u if buf is not None else u[:outs[0][0]].copy(), *args)
+        assert nc > 0
+        outs.append((int(used[0]), nc, nf, nb, nk, nt))
+    (n1, nc1, *a1), (n2, nc2, *a2) = outs
+    assert 0 < n1 < u.size and n2 == n1 and nc2 == nc1
+    for x, y in zip(a1, a2):
+        np.testing.assert_array_equal(x, y)
+
+
+class _FullDraw(TiDGAPEngine):
+    """The engine as it drew before prefix draws: all ``_nu`` uniforms every call."""
+
+    def _vary_stream(self, args):
+        nc = self._vary.vary(self.rng.random(self._nu), *args, self._used)
+        while nc < 0:
+            self._nu *= 2
+            nc = self._vary.vary(self.rng.random(self._nu), *args, self._used)
+        return int(nc)
+
+
+class _ShortDraw(TiDGAPEngine):
+    """Every prefix too short: each call completes its draw and varies again."""
+
+    def _vary_stream(self, args):
+        self._guess = 8
+        return super()._vary_stream(args)
+
+
+@pytest.mark.parametrize("mode,family", [("stash", True), ("recompute", True),
+                                         ("recompute", False)])
+def test_prefix_draws_keep_the_random_stream(mode, family):
+    """Drawing a prefix and advancing the generator past the rest is the same stream as
+    drawing everything: the same populations generation by generation, also when every
+    prefix is too short, and through local and restart generations (``patience``)."""
+    from umpipe_bench.planners.objective import CutBitsObjective, FamilyObjective
+
+    pr = synthetic_problem(5, 12, 1)
+    settings = dict(TiDGAP(patience=2).config)
+    runs = []
+    for cls in (TiDGAPEngine, _FullDraw, _ShortDraw):
+        obj = FamilyObjective(pr, mode) if family else CutBitsObjective(pr, mode)
+        eng = cls(pr, mode, settings, 24, 7, obj)
+        eng.initialize()
+        trace = []
+        for _ in range(60):
+            eng.step()
+            trace.append((eng.phase, eng.pop_f.copy(), eng.pop_b.copy(), eng.pop_k.copy(),
+                          eng.times.copy()))
+        runs.append((trace, eng.rng.random()))
+    phases = {p for p, *_ in runs[0][0]}
+    assert {"local", "ga"} <= phases  # the local generations were exercised
+    for other in runs[1:]:
+        assert other[1] == runs[0][1]  # the generator ends at the same place
+        for (p1, *a1), (p2, *a2) in zip(runs[0][0], other[0]):
+            assert p1 == p2
+            for x, y in zip(a1, a2):
+                np.testing.assert_array_equal(x, y)

@@ -11,7 +11,10 @@ What makes a generation cheap (PERF-ANCHORS.md: the loop around the evaluation w
 the population lives in preallocated ``[P, len]`` uint8 buffers (the current and the next
 generation, swapped); the random numbers are one bulk draw of uniforms from the run's
 ``numpy.random.Generator`` (integers by scaling, binomial counts by inversion: passing the
-generator itself into numba costs ~40 µs a call and ~90 ns a draw); only ``O(changes)`` bytes
+generator itself into numba costs ~40 µs a call and ~90 ns a draw); a call reports how many it
+read (``used``), so the engine draws only about that many and advances the generator past the
+rest of its nominal draw, the same stream for ~15 µs less a generation at P = 256
+(:meth:`.tidgap.TiDGAPEngine._vary_stream`); only ``O(changes)`` bytes
 are touched besides the one copy of each parent row; the offspring that changed are written
 first, so the evaluator reads one contiguous slice.
 
@@ -35,13 +38,20 @@ def _int(u, c, n):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _binomial(x, n, p):  # pragma: no cover - compiled
-    """Binomial(n, p) by inversion of the uniform ``x`` (the means here are a few units)."""
+def _p0(n, p):  # pragma: no cover - compiled
+    """``P(X = 0)`` of Binomial(n, p): computed once per :func:`vary` call, not per draw."""
+    return (1.0 - p) ** n if 0.0 < p < 1.0 and n > 0 else 0.0
+
+
+@njit(cache=True)
+def _binomial(x, n, p, p0):  # pragma: no cover - compiled
+    """Binomial(n, p) by inversion of the uniform ``x`` (the means here are a few units);
+    ``p0`` is :func:`_p0` ``(n, p)``."""
     if p <= 0.0 or n == 0:
         return 0
     if p >= 1.0:
         return n
-    prob = (1.0 - p) ** n
+    prob = p0
     cdf = prob
     k = 0
     r = p / (1.0 - p)
@@ -53,9 +63,10 @@ def _binomial(x, n, p):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _mutate(u, c, row, L, stage_len, S, pflip, pshift, pcopy):  # pragma: no cover - compiled
+def _mutate(u, c, row, L, stage_len, S, pflip, pshift, pcopy, f0, s0):  # pragma: no cover
     """(Probability ``pcopy``) one stage copies a neighbour stage's partition, then flips and
-    shifts; returns the next unused uniform (-1: ran out)."""
+    shifts (``f0``, ``s0``: the probabilities of no flip and no shift, :func:`_p0`); returns
+    the next unused uniform (-1: ran out)."""
     npairs = S * (stage_len - 1) if stage_len >= 2 else 0
     if c + 5 > u.shape[0]:
         return -1
@@ -65,8 +76,8 @@ def _mutate(u, c, row, L, stage_len, S, pflip, pshift, pcopy):  # pragma: no cov
         for i in range(stage_len):
             row[dst * stage_len + i] = row[src * stage_len + i]
     c += 3
-    nflip = _binomial(u[c], L, pflip)
-    nshift = _binomial(u[c + 1], npairs, pshift) if npairs > 0 else 0
+    nflip = _binomial(u[c], L, pflip, f0)
+    nshift = _binomial(u[c + 1], npairs, pshift, s0) if npairs > 0 else 0
     c += 2
     if c + nflip + nshift > u.shape[0]:
         return -1
@@ -76,7 +87,7 @@ def _mutate(u, c, row, L, stage_len, S, pflip, pshift, pcopy):  # pragma: no cov
     for _ in range(nshift):
         k = _int(u, c, npairs)
         c += 1
-        i = (k // (stage_len - 1)) * stage_len + k % (stage_len - 1)
+        i = k + k // (stage_len - 1)  # pair k of stage k // (len-1): bits i, i+1
         a = row[i]
         row[i] = row[i + 1]
         row[i + 1] = a
@@ -94,7 +105,7 @@ def _one_move(u, c, row, L, stage_len, S):  # pragma: no cover - compiled
         for _ in range(8):  # a shift that moves a boundary (the pair differs)
             k = _int(u, c, npairs)
             c += 1
-            i = (k // (stage_len - 1)) * stage_len + k % (stage_len - 1)
+            i = k + k // (stage_len - 1)  # pair k of stage k // (len-1): bits i, i+1
             if row[i] != row[i + 1]:
                 a = row[i]
                 row[i] = row[i + 1]
@@ -172,7 +183,7 @@ def uniforms_needed(n_off: int, tournament: int, flip_rate: float, shift_rate: f
 @njit(cache=True)
 def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxpb, mutpb,
          flip_rate, shift_rate, copy_rate, stage_len, recompute, local, best,
-         cur_k, nxt_k, cap_rate, B, tie, sync_rate):  # pragma: no cover
+         cur_k, nxt_k, cap_rate, B, tie, sync_rate, used):  # pragma: no cover
     """Write ``n_off`` offspring of ``cur_*`` into rows ``0..n_off-1`` of ``nxt_*``, the
     changed ones first; copy the unchanged ones' times into ``nxt_times``. Returns the number
     of changed offspring (the rows to evaluate), or -1 when the uniforms ``u`` (drawn in bulk
@@ -187,6 +198,9 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
     ``tie`` (``[P]``, lower wins) breaks a tournament between equal times (:func:`cap_ties`).
     In recompute, a mutated offspring then, with probability ``sync_rate``, copies one random
     stage's forward bits onto its backward ones or the reverse (even odds).
+
+    ``used`` (``int64[1]``) receives the number of uniforms read (a successful call reads a
+    prefix of ``u``; the caller sizes its next draw by it, :meth:`.tidgap.TiDGAPEngine.ask`).
     """
     P, L = cur_f.shape
     S = L // stage_len if stage_len > 0 else 0
@@ -242,6 +256,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
         for i in range(Sk):
             nxt_k[d, i] = cur_k[a, i]
     if L == 0:
+        used[0] = c
         return nc
     if local:
         for k in range(n_off):
@@ -258,6 +273,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
                 c = _one_move(u, c + 1, nxt_f[pos[k]], L, stage_len, S)
             if c < 0:
                 return -1
+        used[0] = c
         return nc
     nchrom = 2 if recompute else 1
     if n_off * 2 * nchrom > u.shape[0] - c:
@@ -273,11 +289,15 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
                     return -1
     pflip = min(1.0, flip_rate / L)
     pshift = min(1.0, shift_rate / L)
+    f0 = _p0(L, pflip)
+    s0 = _p0(S * (stage_len - 1) if stage_len >= 2 else 0, pshift)
     for k in range(n_off):
         if mut[k]:
-            c = _mutate(u, c, nxt_f[pos[k]], L, stage_len, S, pflip, pshift, copy_rate)
+            c = _mutate(u, c, nxt_f[pos[k]], L, stage_len, S, pflip, pshift, copy_rate, f0,
+                        s0)
             if c >= 0 and recompute:
-                c = _mutate(u, c, nxt_b[pos[k]], L, stage_len, S, pflip, pshift, copy_rate)
+                c = _mutate(u, c, nxt_b[pos[k]], L, stage_len, S, pflip, pshift, copy_rate,
+                            f0, s0)
             if c >= 0 and recompute and sync_rate > 0.0:
                 if c + 3 > u.shape[0]:
                     return -1
@@ -295,6 +315,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
                 c = _mutate_caps(u, c, nxt_k[pos[k]], B, min(1.0, cap_rate / Sk))
             if c < 0:
                 return -1
+    used[0] = c
     return nc
 
 
@@ -317,8 +338,9 @@ def cap_ties(caps: np.ndarray, B: int) -> np.ndarray:
 @njit(cache=True)
 def elite_order(times, tie):  # pragma: no cover - compiled
     """Rows by T, equal T by ``tie`` (:func:`cap_ties`), then by row (numpy's
-    ``lexsort((tie, times))``, compiled: it runs every generation)."""
-    order = np.argsort(times, kind="mergesort")
+    ``lexsort((tie, times))``, compiled: it runs every generation). The order is total, so
+    the first sort need not be stable: equal T are ordered by the pass below."""
+    order = np.argsort(times)
     n = order.size
     i = 0
     while i < n:

@@ -144,6 +144,8 @@ class TiDGAPEngine(SearchAlgorithm):
         self._rates = (rates, (float(s.get("cap_rate", 0.0)), self.B))
         self._nu = self._vary.uniforms_needed(self.P, rates[0], rates[3], rates[4], self.Sk)
         self._sync = float(s.get("sync_rate", 0.0))
+        self._used = np.zeros(1, np.int64)  # uniforms the last vary call read
+        self._guess = self._nu  # how many to draw for the next call (_vary_stream)
         self.best_time = float("inf")
         self.start_time = float("inf")
 
@@ -243,10 +245,7 @@ class TiDGAPEngine(SearchAlgorithm):
         args = (self.pop_f, self.pop_b, self.times, nf, nb, nt, n_off, *rates, self.B - 1,
                 self.recompute, self.phase == "local", int(self.elite_idx[0]),
                 self.pop_k, nk, *caps, self.tie, self._sync)
-        nc = self._vary.vary(self.rng.random(self._nu), *args)
-        while nc < 0:  # ran out of uniforms (rare): draw twice as many and vary again
-            self._nu *= 2
-            nc = self._vary.vary(self.rng.random(self._nu), *args)
+        nc = self._vary_stream(args)
         self._nc = int(nc)
         if self.phase == "restart":
             nf[:n_off] = random_bits(self.rng, n_off, self.S, self.B).reshape(n_off, self.L)
@@ -264,8 +263,35 @@ class TiDGAPEngine(SearchAlgorithm):
             nb[n_off:n_off + el.size] = self.pop_b[el]
         nk[n_off:n_off + el.size] = self.pop_k[el]
         nt[n_off:n_off + el.size] = self.times[el]
-        self._tie[nxt][:] = self._vary.cap_ties(nk, self.B)
+        if self.family:  # without cap genes every tie is 0
+            self._tie[nxt][:] = self._vary.cap_ties(nk, self.B)
         return self._genomes(nf[:self._nc], nb[:self._nc], nk[:self._nc])
+
+    def _vary_stream(self, args: tuple[Any, ...]) -> int:
+        """One :func:`._variation.vary` call on ``self._nu`` uniforms of the run's stream.
+
+        A call reads a prefix of its uniforms, typically 40 % of the generous ``self._nu``,
+        and drawing them is a tenth of a generation where evaluation is cheap. So only a
+        prefix is drawn (a quarter more than the last call read), and the generator is then
+        advanced past the rest (``bit_generator.advance``: one 64-bit output per double):
+        the stream, and so every result, is the same as drawing all ``self._nu``. A prefix
+        too short is completed to ``self._nu`` and the call repeated; when even those run
+        out (rare), twice as many fresh ones are drawn, as before.
+        """
+        vary, rng, used = self._vary.vary, self.rng, self._used
+        m = min(self._nu, self._guess)
+        u = rng.random(m)
+        nc = vary(u, *args, used)
+        if nc >= 0:
+            if m < self._nu:
+                rng.bit_generator.advance(self._nu - m)
+        elif m < self._nu:
+            nc = vary(np.concatenate([u, rng.random(self._nu - m)]), *args, used)
+        while nc < 0:  # ran out of uniforms (rare): draw twice as many and vary again
+            self._nu *= 2
+            nc = vary(rng.random(self._nu), *args, used)
+        self._guess = int(used[0]) + int(used[0]) // 4 + 64
+        return int(nc)
 
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
         nxt = 1 - self.cur
