@@ -30,6 +30,14 @@ family (results/perf/quality.md):
   backward chromosome its forward partition, or the reverse. Runs got stuck with coarse
   forward microbatches on the first stages and fine backward ones, a valley for one-bit
   moves; with the copy the vgg16 recompute median over 20 seeds fell from 1.034 to 1.017;
+* **window copies** (``window_rate``; ``auto``: with islands, half of the stage copies in
+  stash, none in recompute; without islands none): a stage copy may take only a random
+  window of its neighbour's cut bits, so a run of aligned microbatches spreads to the next
+  stage without erasing what that stage has elsewhere. Over seeds 0-39 at the default budget
+  on vgg16 stash the median gap fell from +4.65 % to +3.28 % and the seeds within 2 % rose
+  from 4 to 11; in recompute it was worse (+3.44 % to +4.32 %), at ``evals:3000`` (no
+  islands) worse by about 1 %, and it changed nothing measurable on gpt1-14 and the CUDA
+  profiles at the default budget;
 * **islands** (``islands``, 4): a run's outcome is mostly decided early, so four populations
   of a quarter each run side by side from the same seeds, and the worse half stops at evenly
   spaced points up to the ``race`` fraction of the budget (:class:`IslandEngine`). Only when
@@ -69,8 +77,8 @@ from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from .seeding import Seeds, add_family_seeds, initial_population, seed_plans
 from .threads import apply_threads, parse_threads
 
-__all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "IslandEngine", "TiDGAP",
-           "TiDGAPEngine", "default_evaluations"]
+__all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "WINDOW_AUTO", "IslandEngine",
+           "TiDGAP", "TiDGAPEngine", "default_evaluations", "parse_window_rate", "window_rate"]
 
 #: TiDGAP's default budget grows with the chromosome: ``max(BUDGET_FLOOR, BUDGET_PER_BIT *
 #: S*(B-1))`` evaluations (:func:`default_evaluations`). The floor is the budget measured on
@@ -82,6 +90,37 @@ BUDGET_PER_BIT = 12
 #: would give each of the ``islands`` fewer individuals runs as one population (at S = 64,
 #: B = 1024 the default budget buys a population of 128, which needs every individual).
 ISLAND_FLOOR = 128
+
+
+#: ``window_rate=auto``: the share of stage copies that copy a window, in a run with islands
+#: (a long run) per memory mode; without islands 0. Over seeds 0-39 at the default budget on
+#: vgg16 the median gap went from +4.65 % to +3.28 % in stash and from +3.44 % to +4.32 % in
+#: recompute; at ``evals:3000`` (no islands) stash was worse, +14.67 % against +13.13 % on
+#: vgg16 and +5.60 % against +4.82 % on gpt1-14 (30 seeds; results/perf/quality.md, session 18).
+WINDOW_AUTO = {"stash": 0.5, "recompute": 0.0}
+
+
+def parse_window_rate(planner: str, value: Any) -> float | str:
+    """``"auto"`` or a number in [0, 1]; anything else is a PlannerError."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return "auto"
+    try:
+        w = float(text)
+    except ValueError:
+        w = -1.0
+    if not 0.0 <= w <= 1.0:
+        raise PlannerError(f"planner {planner!r}: window_rate must be 'auto' or a number in "
+                           f"[0, 1], got {value!r}")
+    return w
+
+
+def window_rate(setting: float | str, mode: str, islands: bool = False) -> float:
+    """The window share a run uses: the setting, or for ``auto`` :data:`WINDOW_AUTO` in a run
+    with ``islands``, else 0."""
+    if setting != "auto":
+        return float(setting)
+    return WINDOW_AUTO[mode] if islands else 0.0
 
 
 def default_evaluations(problem: Problem) -> int:
@@ -144,6 +183,7 @@ class TiDGAPEngine(SearchAlgorithm):
         self._rates = (rates, (float(s.get("cap_rate", 0.0)), self.B))
         self._nu = self._vary.uniforms_needed(self.P, rates[0], rates[3], rates[4], self.Sk)
         self._sync = float(s.get("sync_rate", 0.0))
+        self._window = window_rate(s.get("window_rate", 0.0), mode)
         self._used = np.zeros(1, np.int64)  # uniforms the last vary call read
         self._guess = self._nu  # how many to draw for the next call (_vary_stream)
         self.best_time = float("inf")
@@ -278,18 +318,18 @@ class TiDGAPEngine(SearchAlgorithm):
         too short is completed to ``self._nu`` and the call repeated; when even those run
         out (rare), twice as many fresh ones are drawn, as before.
         """
-        vary, rng, used = self._vary.vary, self.rng, self._used
+        vary, rng, used, w = self._vary.vary, self.rng, self._used, self._window
         m = min(self._nu, self._guess)
         u = rng.random(m)
-        nc = vary(u, *args, used)
+        nc = vary(u, *args, used, w)
         if nc >= 0:
             if m < self._nu:
                 rng.bit_generator.advance(self._nu - m)
         elif m < self._nu:
-            nc = vary(np.concatenate([u, rng.random(self._nu - m)]), *args, used)
+            nc = vary(np.concatenate([u, rng.random(self._nu - m)]), *args, used, w)
         while nc < 0:  # ran out of uniforms (rare): draw twice as many and vary again
             self._nu *= 2
-            nc = vary(rng.random(self._nu), *args, used)
+            nc = vary(rng.random(self._nu), *args, used, w)
         self._guess = int(used[0]) + int(used[0]) // 4 + 64
         return int(nc)
 
@@ -388,6 +428,8 @@ class IslandEngine(SearchAlgorithm):
         streams = np.random.SeedSequence(seed).spawn(islands)
         self.islands = [TiDGAPEngine(problem, mode, settings, per, ss, objective,
                                      budget.evaluations) for ss in streams]
+        for e in self.islands:  # window_rate=auto: window copies in runs with islands
+            e._window = window_rate(settings.get("window_rate", 0.0), mode, islands=True)
         self.active = list(range(islands))
         halvings = max(1, int(np.ceil(np.log2(islands))))
         self.race_at = [race * (i + 1) / halvings for i in range(halvings)]
@@ -479,7 +521,10 @@ class TiDGAP(SearchPlanner):
     population; used only when each island gets at least :data:`ISLAND_FLOOR`), ``race``
     (0.25: the budget fraction by which one island is left),
     ``sync_rate`` (recompute: probability that a mutated offspring also gives one stage's
-    backward partition its forward one or the reverse; 0.5),
+    backward partition its forward one or the reverse; 0.5), ``window_rate`` (the share of
+    stage copies that copy only a random window of the neighbour's cut bits; ``auto``, the
+    default: in a run with islands 0.5 in stash and 0 in recompute, :data:`WINDOW_AUTO`,
+    without islands 0; a number applies in every run),
     ``copy_rate``
     (probability that a mutation also copies one stage's partition onto a neighbour stage:
     aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
@@ -496,7 +541,8 @@ class TiDGAP(SearchPlanner):
     #: The floor; :meth:`plan` without a budget uses :meth:`budget_for` (grows with S*(B-1)).
     default_budget = f"evals:{BUDGET_FLOOR}"
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
-                "patience": 0, "copy_rate": 1.0, "sync_rate": 0.5, "polish": 0.0,
+                "patience": 0, "copy_rate": 1.0, "sync_rate": 0.5, "window_rate": "auto",
+                "polish": 0.0,
                 "islands": 4, "race": 0.25,
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
@@ -518,6 +564,7 @@ class TiDGAP(SearchPlanner):
                                f"{s['polish']}")
         if not 0.0 <= s["copy_rate"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
+        s["window_rate"] = parse_window_rate(self.name, s["window_rate"])
         if not 0.0 <= s["sync_rate"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: sync_rate must be in [0, 1], got "
                                f"{s['sync_rate']}")
