@@ -31,6 +31,17 @@ def test_search_space_follows_the_planners_settings():
         search_space("tests.test_bench:FailingPlanner")
 
 
+@pytest.mark.parametrize("planner", ["tidgap", "dgap"])
+def test_the_defaults_lie_inside_the_search_space(planner):
+    """The first trial is the defaults: each must be a point Optuna's space can hold (TiDGAP's
+    shift_rate 8 was outside [0, 4], and Optuna warned on every study)."""
+    from umpipe_bench.registry import get_planner_class
+
+    defaults = get_planner_class(planner).defaults
+    for name, (_kind, lo, hi, _log) in search_space(planner).items():
+        assert lo <= float(defaults[name]) <= hi, (planner, name, defaults[name], lo, hi)
+
+
 def test_study_runs_first_the_defaults_and_judges_on_heldout(tmp_path):
     storage = f"sqlite:///{tmp_path}/t.db"
     study = open_study(SPEC, storage, "s", seed=0)

@@ -46,7 +46,7 @@ SEARCH_SPACE: dict[str, tuple[str, float, float, bool]] = {
     "cxpb": ("float", 0.2, 1.0, False),
     "mutpb": ("float", 0.05, 1.0, False),
     "flip_rate": ("float", 0.1, 4.0, True),
-    "shift_rate": ("float", 0.0, 4.0, False),
+    "shift_rate": ("float", 0.0, 16.0, False),  # TiDGAP's default is 8, DGAP's 2
     "tournament": ("int", 2, 8, False),
     "elites": ("int", 1, 8, False),
     "edp_seeds": ("int", 1, 16, True),
