@@ -36,7 +36,7 @@ def test_islands_are_used_only_when_each_gets_the_floor_population():
 
 @pytest.mark.parametrize("mode", ["stash", "recompute"])
 def test_race_keeps_the_better_half_at_the_race_points(mode):
-    planner = TiDGAP(population=512, race=0.5)
+    planner = TiDGAP(population=512, race=0.5, revive=0)
     algo, objective, budget = _algorithm(planner, mode)
     loop = SearchLoop(objective, Termination(budget))
     algo.setup(loop.evaluate)
@@ -89,3 +89,49 @@ def test_islands_draw_their_own_random_individuals():
 def test_island_settings_are_checked_at_construction(settings, message):
     with pytest.raises(PlannerError, match=message):
         TiDGAP(**settings)
+
+
+def test_a_stalled_last_island_retires_and_the_best_stopped_one_resumes():
+    """After the race, the last island that goes ``revive`` of the budget without improving
+    retires; the best stopped island (by T, then caps) resumes with its own population, once
+    per island; the result stays the best any island found, and the budget holds."""
+    planner = TiDGAP(population=512, revive=0.05)
+    algo, objective, budget = _algorithm(planner, "stash")
+    assert algo.revive_after == int(np.ceil(0.05 * budget.evaluations / 128))
+    loop = SearchLoop(objective, Termination(budget))
+    algo.setup(loop.evaluate)
+    switches = []
+    while not loop.termination.reached(loop.evaluations, 0, 0.0, algo.ask_size()):
+        before = list(algo.active)
+        frozen = {j: algo.islands[j].generation for j in range(4) if j not in before}
+        g = algo.ask()
+        algo.tell(g, loop.evaluate(g))
+        for j, gen in frozen.items():  # stopped islands do not move
+            assert algo.islands[j].generation == gen or j in algo.active
+        if len(before) == 1 and algo.active != before:
+            i = before[0]
+            assert algo.islands[i].stale >= algo.revive_after
+            candidates = [j for j in range(4) if j != i and j not in algo.retired | {i}]
+            assert algo.active[0] == min(candidates + algo.active,
+                                         key=lambda j: algo._key(algo.islands[j]))
+            switches.append(i)
+    assert switches and len(set(switches)) == len(switches)  # each island retires once
+    assert loop.evaluations <= budget.evaluations
+    _, T = algo.best()
+    assert T == min(e.best_time for e in algo.islands)
+
+
+def test_revive_setting():
+    from umpipe_bench.planners.tidgap import REVIVE_AUTO
+
+    assert TiDGAP().config["revive"] == "auto" and REVIVE_AUTO == {"stash": 0.15,
+                                                                     "recompute": 0.0}
+    algo, _, b = _algorithm(TiDGAP(population=512), "recompute")
+    assert algo.revive_after == 0  # auto: off in recompute
+    algo, _, b = _algorithm(TiDGAP(population=512), "stash")
+    assert algo.revive_after == int(np.ceil(0.15 * b.evaluations / 128))
+    algo, _, b = _algorithm(TiDGAP(population=512, revive="0.3"), "recompute")
+    assert algo.revive_after == int(np.ceil(0.3 * b.evaluations / 128))
+    for bad in (1.5, -0.1, "soon"):
+        with pytest.raises(PlannerError, match="revive"):
+            TiDGAP(revive=bad)

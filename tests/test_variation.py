@@ -54,7 +54,7 @@ def test_shifts_stay_in_stage():
         row = np.zeros(S * L, np.uint8)
         row[L - 1] = 1  # a cut at the last bit of stage 0
         V._mutate(rng.random(64), 0, row, S * L, L, S, 0.0, 1.0, 0.0, 0.0,
-                  V._p0(S * (L - 1), 1.0), 0.0)
+                  V._p0(S * (L - 1), 1.0))
         assert row[:L].sum() == 1 and row[L:].sum() == 0
 
 
@@ -241,10 +241,10 @@ class _FullDraw(TiDGAPEngine):
     """The engine as it drew before prefix draws: all ``_nu`` uniforms every call."""
 
     def _vary_stream(self, args):
-        nc = self._vary.vary(self.rng.random(self._nu), *args, self._used, self._window)
+        nc = self._vary.vary(self.rng.random(self._nu), *args, self._used)
         while nc < 0:
             self._nu *= 2
-            nc = self._vary.vary(self.rng.random(self._nu), *args, self._used, self._window)
+            nc = self._vary.vary(self.rng.random(self._nu), *args, self._used)
         return int(nc)
 
 
@@ -285,69 +285,3 @@ def test_prefix_draws_keep_the_random_stream(mode, family):
             assert p1 == p2
             for x, y in zip(a1, a2):
                 np.testing.assert_array_equal(x, y)
-
-
-def _explained(row, orig, Ls, S, full_only):
-    """Is ``row`` ``orig`` with one stage's bits ``lo:hi`` copied from a neighbour stage?"""
-    for dst in range(S):
-        for src in (dst - 1, dst + 1):
-            if not 0 <= src < S:
-                continue
-            windows = [(0, Ls)] if full_only else [(lo, hi) for lo in range(Ls)
-                                                    for hi in range(lo + 1, Ls + 1)]
-            for lo, hi in windows:
-                want = orig.copy()
-                want[dst * Ls + lo:dst * Ls + hi] = orig[src * Ls + lo:src * Ls + hi]
-                if np.array_equal(want, row):
-                    return True
-    return False
-
-
-@pytest.mark.parametrize("pwin", [0.0, 1.0])
-def test_stage_copy_takes_a_window_of_a_neighbours_bits(pwin):
-    """A stage copy (no flips or shifts here) writes a neighbour stage's bits over one stage:
-    all of them when ``pwin`` is 0, a contiguous window of them when it is 1 (and windows
-    shorter than the stage do occur)."""
-    rng = np.random.default_rng(11)
-    S, Ls = 5, 9
-    partial = 0
-    for _ in range(200):
-        orig = (rng.random(S * Ls) < 0.5).astype(np.uint8)
-        row = orig.copy()
-        c = V._mutate(rng.random(16), 0, row, S * Ls, Ls, S, 0.0, 0.0, 1.0, 0.0, 0.0, pwin)
-        assert c == (8 if pwin > 0 else 5)  # the uniforms read: 3 copy, 3 window, 2 counts
-        assert _explained(row, orig, Ls, S, full_only=pwin == 0.0)
-        partial += not _explained(row, orig, Ls, S, full_only=True)
-    assert (partial > 0) == (pwin > 0)
-
-
-def test_window_rate_auto_is_per_mode_and_explicit_values_hold():
-    from umpipe_bench.planners.errors import PlannerError
-    from umpipe_bench.planners.tidgap import WINDOW_AUTO, window_rate
-
-    assert TiDGAP().config["window_rate"] == "auto"
-    assert window_rate("auto", "stash", islands=True) == WINDOW_AUTO["stash"] == 0.5
-    assert window_rate("auto", "recompute", islands=True) == WINDOW_AUTO["recompute"] == 0.0
-    assert window_rate("auto", "stash") == 0.0  # no islands: a short run
-    assert TiDGAP(window_rate="0.25").config["window_rate"] == 0.25
-    pr = synthetic_problem(4, 10, 2)
-    eng = TiDGAPEngine(pr, "recompute", dict(TiDGAP(window_rate=0.3).config), 16, 0)
-    assert eng._window == 0.3  # an explicit value is used in either mode
-    for bad in (1.5, -0.1, "half"):
-        with pytest.raises(PlannerError, match="window_rate"):
-            TiDGAP(window_rate=bad)
-    # auto without islands is no window: the same runs as window_rate=0
-    for mode in ("stash", "recompute"):
-        a = TiDGAP().plan(pr, mode=mode, budget="evals:3000", seed=4)
-        b = TiDGAP(window_rate=0).plan(pr, mode=mode, budget="evals:3000", seed=4)
-        assert a.iteration_time == b.iteration_time
-    # with islands: stash uses windows (0.5), recompute none
-    from umpipe_bench.planners.base import Budget
-    from umpipe_bench.planners.tidgap import IslandEngine
-
-    for mode, want in (("stash", 0.5), ("recompute", 0.0)):
-        t = TiDGAP()
-        obj = t.make_objective(pr, mode, t.config)
-        alg = t.make_algorithm(pr, mode, t.config, Budget.parse("evals:200000"), 0, obj)
-        assert isinstance(alg, IslandEngine)
-        assert {e._window for e in alg.islands} == {want}

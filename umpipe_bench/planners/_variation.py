@@ -63,27 +63,19 @@ def _binomial(x, n, p, p0):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _mutate(u, c, row, L, stage_len, S, pflip, pshift, pcopy, f0, s0, pwin):  # pragma: no cover
-    """(Probability ``pcopy``) one stage copies a neighbour stage's partition (with
-    probability ``pwin`` only the cut bits of a random window ``lo..hi``), then flips and
+def _mutate(u, c, row, L, stage_len, S, pflip, pshift, pcopy, f0, s0):  # pragma: no cover
+    """(Probability ``pcopy``) one stage copies a neighbour stage's partition, then flips and
     shifts (``f0``, ``s0``: the probabilities of no flip and no shift, :func:`_p0`); returns
-    the next unused uniform (-1: ran out). ``pwin = 0`` reads no window uniforms."""
+    the next unused uniform (-1: ran out)."""
     npairs = S * (stage_len - 1) if stage_len >= 2 else 0
-    if c + (8 if pwin > 0.0 else 5) > u.shape[0]:
+    if c + 5 > u.shape[0]:
         return -1
     if S >= 2 and u[c] < pcopy:
         dst = _int(u, c + 1, S)
         src = dst - 1 if (dst == S - 1 or (dst > 0 and u[c + 2] < 0.5)) else dst + 1
-        lo, hi = 0, stage_len
-        if pwin > 0.0 and u[c + 3] < pwin:
-            a = _int(u, c + 4, stage_len)
-            b = _int(u, c + 5, stage_len)
-            lo, hi = min(a, b), max(a, b) + 1
-        for i in range(lo, hi):
+        for i in range(stage_len):
             row[dst * stage_len + i] = row[src * stage_len + i]
     c += 3
-    if pwin > 0.0:
-        c += 3
     nflip = _binomial(u[c], L, pflip, f0)
     nshift = _binomial(u[c + 1], npairs, pshift, s0) if npairs > 0 else 0
     c += 2
@@ -191,7 +183,7 @@ def uniforms_needed(n_off: int, tournament: int, flip_rate: float, shift_rate: f
 @njit(cache=True)
 def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxpb, mutpb,
          flip_rate, shift_rate, copy_rate, stage_len, recompute, local, best,
-         cur_k, nxt_k, cap_rate, B, tie, sync_rate, used, window_rate=0.0):  # pragma: no cover
+         cur_k, nxt_k, cap_rate, B, tie, sync_rate, used):  # pragma: no cover
     """Write ``n_off`` offspring of ``cur_*`` into rows ``0..n_off-1`` of ``nxt_*``, the
     changed ones first; copy the unchanged ones' times into ``nxt_times``. Returns the number
     of changed offspring (the rows to evaluate), or -1 when the uniforms ``u`` (drawn in bulk
@@ -205,9 +197,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
 
     ``tie`` (``[P]``, lower wins) breaks a tournament between equal times (:func:`cap_ties`).
     In recompute, a mutated offspring then, with probability ``sync_rate``, copies one random
-    stage's forward bits onto its backward ones or the reverse (even odds). A stage copy
-    (``copy_rate``) takes only a random window of the neighbour's bits with probability
-    ``window_rate``.
+    stage's forward bits onto its backward ones or the reverse (even odds).
 
     ``used`` (``int64[1]``) receives the number of uniforms read (a successful call reads a
     prefix of ``u``; the caller sizes its next draw by it, :meth:`.tidgap.TiDGAPEngine.ask`).
@@ -304,10 +294,10 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
     for k in range(n_off):
         if mut[k]:
             c = _mutate(u, c, nxt_f[pos[k]], L, stage_len, S, pflip, pshift, copy_rate, f0,
-                        s0, window_rate)
+                        s0)
             if c >= 0 and recompute:
                 c = _mutate(u, c, nxt_b[pos[k]], L, stage_len, S, pflip, pshift, copy_rate,
-                            f0, s0, window_rate)
+                            f0, s0)
             if c >= 0 and recompute and sync_rate > 0.0:
                 if c + 3 > u.shape[0]:
                     return -1

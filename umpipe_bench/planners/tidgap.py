@@ -30,19 +30,16 @@ family (results/perf/quality.md):
   backward chromosome its forward partition, or the reverse. Runs got stuck with coarse
   forward microbatches on the first stages and fine backward ones, a valley for one-bit
   moves; with the copy the vgg16 recompute median over 20 seeds fell from 1.034 to 1.017;
-* **window copies** (``window_rate``; ``auto``: with islands, half of the stage copies in
-  stash, none in recompute; without islands none): a stage copy may take only a random
-  window of its neighbour's cut bits, so a run of aligned microbatches spreads to the next
-  stage without erasing what that stage has elsewhere. Over seeds 0-39 at the default budget
-  on vgg16 stash the median gap fell from +4.65 % to +3.28 % and the seeds within 2 % rose
-  from 4 to 11; in recompute it was worse (+3.44 % to +4.32 %), at ``evals:3000`` (no
-  islands) worse by about 1 %, and it changed nothing measurable on gpt1-14 and the CUDA
-  profiles at the default budget;
 * **islands** (``islands``, 4): a run's outcome is mostly decided early, so four populations
   of a quarter each run side by side from the same seeds, and the worse half stops at evenly
   spaced points up to the ``race`` fraction of the budget (:class:`IslandEngine`). Only when
   each island gets at least :data:`ISLAND_FLOOR` individuals (gpt1-14, vgg16; not at S = 64,
-  B = 1024, where the budget buys a population of 128).
+  B = 1024, where the budget buys a population of 128);
+* **revival** (``revive``; ``auto``: 15 % of the budget in stash, off in recompute): when the
+  last island has not improved for that share of the budget, it retires and the best stopped
+  island resumes. On gpt1-14 stash a run that ends in the trap at +2.01 % has its last
+  improvement at a quarter to a half of the budget; with revival the seeds within 2 % of the
+  best plan rose from 57 to 72 of 80 (seeds 0-79), vgg16 stash unchanged.
 
 Optionally, when the best has not improved for
 ``patience`` generations, the next generation is a *local* one: every offspring is the best
@@ -77,8 +74,8 @@ from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from .seeding import Seeds, add_family_seeds, initial_population, seed_plans
 from .threads import apply_threads, parse_threads
 
-__all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "WINDOW_AUTO", "IslandEngine",
-           "TiDGAP", "TiDGAPEngine", "default_evaluations", "parse_window_rate", "window_rate"]
+__all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "REVIVE_AUTO", "IslandEngine",
+           "TiDGAP", "TiDGAPEngine", "default_evaluations", "parse_revive"]
 
 #: TiDGAP's default budget grows with the chromosome: ``max(BUDGET_FLOOR, BUDGET_PER_BIT *
 #: S*(B-1))`` evaluations (:func:`default_evaluations`). The floor is the budget measured on
@@ -92,35 +89,27 @@ BUDGET_PER_BIT = 12
 ISLAND_FLOOR = 128
 
 
-#: ``window_rate=auto``: the share of stage copies that copy a window, in a run with islands
-#: (a long run) per memory mode; without islands 0. Over seeds 0-39 at the default budget on
-#: vgg16 the median gap went from +4.65 % to +3.28 % in stash and from +3.44 % to +4.32 % in
-#: recompute; at ``evals:3000`` (no islands) stash was worse, +14.67 % against +13.13 % on
-#: vgg16 and +5.60 % against +4.82 % on gpt1-14 (30 seeds; results/perf/quality.md, session 18).
-WINDOW_AUTO = {"stash": 0.5, "recompute": 0.0}
+#: ``revive=auto``: after the race, the budget fraction the last island may go without
+#: improving before the best stopped island resumes in its place, per memory mode. On
+#: gpt1-14 stash the seeds within 2 % of the best plan rose from 28 to 37 of seeds 0-39 and
+#: from 29 to 35 of seeds 40-79, vgg16 stash unchanged; in recompute vgg16 got worse (median
+#: +3.44 % to +5.32 %), so it is off there (results/perf/quality.md, session 18).
+REVIVE_AUTO = {"stash": 0.15, "recompute": 0.0}
 
 
-def parse_window_rate(planner: str, value: Any) -> float | str:
+def parse_revive(planner: str, value: Any) -> float | str:
     """``"auto"`` or a number in [0, 1]; anything else is a PlannerError."""
     text = str(value).strip().lower()
     if text == "auto":
         return "auto"
     try:
-        w = float(text)
+        r = float(text)
     except ValueError:
-        w = -1.0
-    if not 0.0 <= w <= 1.0:
-        raise PlannerError(f"planner {planner!r}: window_rate must be 'auto' or a number in "
-                           f"[0, 1], got {value!r}")
-    return w
-
-
-def window_rate(setting: float | str, mode: str, islands: bool = False) -> float:
-    """The window share a run uses: the setting, or for ``auto`` :data:`WINDOW_AUTO` in a run
-    with ``islands``, else 0."""
-    if setting != "auto":
-        return float(setting)
-    return WINDOW_AUTO[mode] if islands else 0.0
+        r = -1.0
+    if not 0.0 <= r <= 1.0:
+        raise PlannerError(f"planner {planner!r}: revive must be 'auto' or a number in [0, 1], "
+                           f"got {value!r}")
+    return r
 
 
 def default_evaluations(problem: Problem) -> int:
@@ -183,7 +172,6 @@ class TiDGAPEngine(SearchAlgorithm):
         self._rates = (rates, (float(s.get("cap_rate", 0.0)), self.B))
         self._nu = self._vary.uniforms_needed(self.P, rates[0], rates[3], rates[4], self.Sk)
         self._sync = float(s.get("sync_rate", 0.0))
-        self._window = window_rate(s.get("window_rate", 0.0), mode)
         self._used = np.zeros(1, np.int64)  # uniforms the last vary call read
         self._guess = self._nu  # how many to draw for the next call (_vary_stream)
         self.best_time = float("inf")
@@ -318,18 +306,18 @@ class TiDGAPEngine(SearchAlgorithm):
         too short is completed to ``self._nu`` and the call repeated; when even those run
         out (rare), twice as many fresh ones are drawn, as before.
         """
-        vary, rng, used, w = self._vary.vary, self.rng, self._used, self._window
+        vary, rng, used = self._vary.vary, self.rng, self._used
         m = min(self._nu, self._guess)
         u = rng.random(m)
-        nc = vary(u, *args, used, w)
+        nc = vary(u, *args, used)
         if nc >= 0:
             if m < self._nu:
                 rng.bit_generator.advance(self._nu - m)
         elif m < self._nu:
-            nc = vary(np.concatenate([u, rng.random(self._nu - m)]), *args, used, w)
+            nc = vary(np.concatenate([u, rng.random(self._nu - m)]), *args, used)
         while nc < 0:  # ran out of uniforms (rare): draw twice as many and vary again
             self._nu *= 2
-            nc = vary(rng.random(self._nu), *args, used, w)
+            nc = vary(rng.random(self._nu), *args, used)
         self._guess = int(used[0]) + int(used[0]) // 4 + 64
         return int(nc)
 
@@ -416,8 +404,11 @@ class IslandEngine(SearchAlgorithm):
     stream from the run's seed, all seeded with the same EDP/greedy/family plans, evaluated
     together in one objective call per generation) run side by side, and at evenly spaced
     points up to the ``race`` fraction of the budget the worse half of the islands (by best T,
-    ties by caps) stops; the last island gets the rest of the budget. The budget fraction is
-    the largest of evaluations, generations and seconds used over their limits.
+    ties by caps) stops; the last island gets the rest of the budget, unless it goes
+    ``revive`` of the budget without improving (counted in generations; not with a seconds
+    budget): then it retires and the best stopped island resumes where it stopped, once per
+    island. The budget fraction is the largest of evaluations, generations and seconds used
+    over their limits.
     """
 
     def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
@@ -428,8 +419,6 @@ class IslandEngine(SearchAlgorithm):
         streams = np.random.SeedSequence(seed).spawn(islands)
         self.islands = [TiDGAPEngine(problem, mode, settings, per, ss, objective,
                                      budget.evaluations) for ss in streams]
-        for e in self.islands:  # window_rate=auto: window copies in runs with islands
-            e._window = window_rate(settings.get("window_rate", 0.0), mode, islands=True)
         self.active = list(range(islands))
         halvings = max(1, int(np.ceil(np.log2(islands))))
         self.race_at = [race * (i + 1) / halvings for i in range(halvings)]
@@ -437,6 +426,16 @@ class IslandEngine(SearchAlgorithm):
         self._sizes: list[int] = []
         self._t0 = time.perf_counter()
         self.seed_labels: list[str] = []
+        # revive: generations the last island may go without improving (0: never revive)
+        revive = settings.get("revive", 0.0)
+        revive = REVIVE_AUTO[mode] if revive == "auto" else float(revive)
+        if budget.evaluations:
+            self.revive_after = int(np.ceil(revive * budget.evaluations / per))
+        elif budget.generations:
+            self.revive_after = int(np.ceil(revive * budget.generations))
+        else:
+            self.revive_after = 0  # a seconds budget: no generation count to compare with
+        self.retired: set[int] = set()
 
     @property
     def used(self) -> int:
@@ -490,6 +489,15 @@ class IslandEngine(SearchAlgorithm):
             self.race_at.pop(0)
             rank = sorted(self.active, key=lambda i: self._key(self.islands[i]))
             self.active = sorted(rank[:max(1, len(rank) // 2)])
+        if self.revive_after and not self.race_at and len(self.active) == 1:
+            i = self.active[0]
+            if self.islands[i].stale >= self.revive_after:
+                # the last island has stalled: it retires (its best still counts) and the best
+                # stopped island resumes where it stopped
+                rest = [j for j in range(len(self.islands)) if j != i and j not in self.retired]
+                if rest:
+                    self.retired.add(i)
+                    self.active = [min(rest, key=lambda j: self._key(self.islands[j]))]
 
     @staticmethod
     def _key(e: TiDGAPEngine) -> tuple[float, int]:
@@ -519,12 +527,11 @@ class TiDGAP(SearchPlanner):
     ``islands=1``),
     ``islands`` (4: populations of ``population / islands`` raced by successive halving; 1: one
     population; used only when each island gets at least :data:`ISLAND_FLOOR`), ``race``
-    (0.25: the budget fraction by which one island is left),
+    (0.25: the budget fraction by which one island is left), ``revive`` (the budget fraction
+    the last island may go without improving before the best stopped island resumes;
+    ``auto``, the default: 0.15 in stash, 0 in recompute, :data:`REVIVE_AUTO`),
     ``sync_rate`` (recompute: probability that a mutated offspring also gives one stage's
-    backward partition its forward one or the reverse; 0.5), ``window_rate`` (the share of
-    stage copies that copy only a random window of the neighbour's cut bits; ``auto``, the
-    default: in a run with islands 0.5 in stash and 0 in recompute, :data:`WINDOW_AUTO`,
-    without islands 0; a number applies in every run),
+    backward partition its forward one or the reverse; 0.5),
     ``copy_rate``
     (probability that a mutation also copies one stage's partition onto a neighbour stage:
     aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
@@ -541,9 +548,8 @@ class TiDGAP(SearchPlanner):
     #: The floor; :meth:`plan` without a budget uses :meth:`budget_for` (grows with S*(B-1)).
     default_budget = f"evals:{BUDGET_FLOOR}"
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
-                "patience": 0, "copy_rate": 1.0, "sync_rate": 0.5, "window_rate": "auto",
-                "polish": 0.0,
-                "islands": 4, "race": 0.25,
+                "patience": 0, "copy_rate": 1.0, "sync_rate": 0.5, "polish": 0.0,
+                "islands": 4, "race": 0.25, "revive": "auto",
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
 
@@ -564,10 +570,10 @@ class TiDGAP(SearchPlanner):
                                f"{s['polish']}")
         if not 0.0 <= s["copy_rate"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
-        s["window_rate"] = parse_window_rate(self.name, s["window_rate"])
         if not 0.0 <= s["sync_rate"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: sync_rate must be in [0, 1], got "
                                f"{s['sync_rate']}")
+        s["revive"] = parse_revive(self.name, s["revive"])
         if s["islands"] < 1:
             raise PlannerError(f"planner {self.name!r}: islands must be >= 1, got "
                                f"{s['islands']}")
