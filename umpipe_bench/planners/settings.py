@@ -7,12 +7,12 @@ converted to the default's type, so ``--set population=64`` and ``population=64`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import PlannerError
 
-__all__ = ["coerce", "resolve_settings"]
+__all__ = ["auto_or", "coerce", "resolve_settings"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -59,3 +59,20 @@ def resolve_settings(
     for k, v in given.items():
         out[k] = coerce(planner, k, v, defaults[k])
     return out
+
+
+def auto_or(planner: str, key: str, value: Any, kind: Callable[[str], Any],
+            valid: Callable[[Any], bool], expected: str) -> Any:
+    """A setting that is ``"auto"`` or a ``kind`` value for which ``valid`` holds; anything
+    else is a PlannerError that names the setting and says what was ``expected``."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return "auto"
+    try:
+        v = kind(text)
+    except ValueError:
+        v = None
+    if v is None or not valid(v):
+        raise PlannerError(f"planner {planner!r}: {key} must be 'auto' or {expected}, got "
+                           f"{value!r}")
+    return v

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .errors import PlannerError
+from .settings import auto_or
 
 __all__ = ["AUTO_THREADS", "AUTO_WORK", "apply_threads", "parse_threads"]
 
@@ -26,17 +26,7 @@ AUTO_THREADS = 2
 
 def parse_threads(planner: str, value: Any) -> int | str:
     """``"auto"`` or a positive integer (``2``, ``"2"``); anything else is a PlannerError."""
-    text = str(value).strip().lower()
-    if text == "auto":
-        return "auto"
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise PlannerError(f"planner {planner!r}: threads must be 'auto' or an integer >= 1, "
-                           f"got {value!r}")
-    return n
+    return auto_or(planner, "threads", value, int, lambda n: n >= 1, "an integer >= 1")
 
 
 def apply_threads(evaluator: Any, setting: int | str, S: int, B: int) -> None:

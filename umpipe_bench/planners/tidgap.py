@@ -72,6 +72,7 @@ from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_popul
 from .loop import Evaluate, SearchAlgorithm, SearchPlanner
 from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from .seeding import Seeds, add_family_seeds, initial_population, seed_plans
+from .settings import auto_or
 from .threads import apply_threads, parse_threads
 
 __all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "REVIVE_AUTO", "IslandEngine",
@@ -99,17 +100,8 @@ REVIVE_AUTO = {"stash": 0.15, "recompute": 0.0}
 
 def parse_revive(planner: str, value: Any) -> float | str:
     """``"auto"`` or a number in [0, 1]; anything else is a PlannerError."""
-    text = str(value).strip().lower()
-    if text == "auto":
-        return "auto"
-    try:
-        r = float(text)
-    except ValueError:
-        r = -1.0
-    if not 0.0 <= r <= 1.0:
-        raise PlannerError(f"planner {planner!r}: revive must be 'auto' or a number in [0, 1], "
-                           f"got {value!r}")
-    return r
+    return auto_or(planner, "revive", value, float, lambda r: 0.0 <= r <= 1.0,
+                   "a number in [0, 1]")
 
 
 def default_evaluations(problem: Problem) -> int:
