@@ -39,7 +39,7 @@ family (results/perf/quality.md):
   last island has not improved for that share of the budget, it retires and the best stopped
   island resumes. On gpt1-14 stash a run that ends in the trap at +2.01 % has its last
   improvement at a quarter to a half of the budget; with revival the seeds within 2 % of the
-  best plan rose from 57 to 72 of 80 (seeds 0-79), vgg16 stash unchanged.
+  best plan rose from 54 to 72 of 80 (seeds 0-79), vgg16 stash unchanged.
 
 Optionally, when the best has not improved for
 ``patience`` generations, the next generation is a *local* one: every offspring is the best
@@ -93,7 +93,7 @@ ISLAND_FLOOR = 128
 #: ``revive=auto``: after the race, the budget fraction the last island may go without
 #: improving before the best stopped island resumes in its place, per memory mode. On
 #: gpt1-14 stash the seeds within 2 % of the best plan rose from 28 to 37 of seeds 0-39 and
-#: from 29 to 35 of seeds 40-79, vgg16 stash unchanged; in recompute vgg16 got worse (median
+#: from 26 to 35 of seeds 40-79, vgg16 stash unchanged; in recompute vgg16 got worse (median
 #: +3.44 % to +5.32 %), so it is off there (results/perf/quality.md, session 18).
 REVIVE_AUTO = {"stash": 0.15, "recompute": 0.0}
 
