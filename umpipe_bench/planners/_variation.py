@@ -200,7 +200,8 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
     stage's forward bits onto its backward ones or the reverse (even odds).
 
     ``used`` (``int64[1]``) receives the number of uniforms read (a successful call reads a
-    prefix of ``u``; the caller sizes its next draw by it, :meth:`.tidgap.TiDGAPEngine.ask`).
+    prefix of ``u``; the caller sizes its next draw by it,
+    :meth:`.tidgap.TiDGAPEngine._vary_stream`).
     """
     P, L = cur_f.shape
     S = L // stage_len if stage_len > 0 else 0
