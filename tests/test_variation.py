@@ -221,17 +221,18 @@ def test_vary_reads_a_prefix_and_says_how_long():
     cur_k = rng.integers(1, 9, (P, S))
     times = rng.random(P)
     u = rng.random(V.uniforms_needed(P - 2, 3, 1.0, 8.0, S))
-    outs = []
-    for buf in (u, None):
+
+    def run(buf):
         nf, nb, nk = np.zeros_like(cur_f), np.zeros_like(cur_b), np.zeros_like(cur_k)
         nt = np.full(P, np.nan)
         used = np.zeros(1, np.int64)
-        args = (cur_f, cur_b, times, nf, nb, nt, P - 2, 3, 0.7, 0.6, 1.0, 8.0, 1.0, Ls, True,
-                False, 0, cur_k, nk, 1.0, 8, V.cap_ties(cur_k, 8), 0.5, used)
-        nc = V.vary(u if buf is not None else u[:outs[0][0]].copy(), *args)
+        nc = V.vary(buf, cur_f, cur_b, times, nf, nb, nt, P - 2, 3, 0.7, 0.6, 1.0, 8.0, 1.0,
+                    Ls, True, False, 0, cur_k, nk, 1.0, 8, V.cap_ties(cur_k, 8), 0.5, used)
         assert nc > 0
-        outs.append((int(used[0]), nc, nf, nb, nk, nt))
-    (n1, nc1, *a1), (n2, nc2, *a2) = outs
+        return int(used[0]), nc, (nf, nb, nk, nt)
+
+    n1, nc1, a1 = run(u)
+    n2, nc2, a2 = run(u[:n1].copy())
     assert 0 < n1 < u.size and n2 == n1 and nc2 == nc1
     for x, y in zip(a1, a2):
         np.testing.assert_array_equal(x, y)
