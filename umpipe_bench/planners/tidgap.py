@@ -34,7 +34,12 @@ family (results/perf/quality.md):
   of a quarter each run side by side from the same seeds, and the worse half stops at evenly
   spaced points up to the ``race`` fraction of the budget (:class:`IslandEngine`). Only when
   each island gets at least :data:`ISLAND_FLOOR` individuals (gpt1-14, vgg16; not at S = 64,
-  B = 1024, where the budget buys a population of 128);
+  B = 1024, where the budget buys a population of 128). The islands start from random
+  individuals (``seed_islands`` false): the seed plans are evaluated and bound the result, but
+  stay out of the populations, which they took over: vgg16 stash at 200,000 evaluations,
+  median gap +2.9 % against +3.8 % (80 seeds); with the 1,000,000-evaluation floor every
+  problem's median came within about 1 % of the best plan known (results/perf/quality.md,
+  session 19);
 * **revival** (``revive``; ``auto``: 15 % of the budget in stash, off in recompute): when the
   last island has not improved for that share of the budget, it retires and the best stopped
   island resumes. On gpt1-14 stash a run that ends in the trap at +2.01 % has its last
@@ -80,9 +85,11 @@ __all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "REVIVE_AUTO", "Isl
 
 #: TiDGAP's default budget grows with the chromosome: ``max(BUDGET_FLOOR, BUDGET_PER_BIT *
 #: S*(B-1))`` evaluations (:func:`default_evaluations`). The floor is the budget measured on
-#: gpt1-14 and vgg16 (results/perf/quality.md); at S = 64, B = 1024 it left more than 1 % to
-#: gain from doubling it (results/perf/convergence.md).
-BUDGET_FLOOR = 200_000
+#: gpt1-14 and vgg16 (results/perf/quality.md, session 19: with islands started from random
+#: individuals, 1,000,000 evaluations bring vgg16 near the best plan known in both modes, where
+#: 200,000 left a median gap of about 3 %); at S = 64, B = 1024 (785,664 by the per-bit rule)
+#: doubling the budget still gains more than 1 % in recompute (results/perf/convergence.md).
+BUDGET_FLOOR = 1_000_000
 BUDGET_PER_BIT = 12
 #: The smallest island population: a run whose population (:func:`.ga.population_size`)
 #: would give each of the ``islands`` fewer individuals runs as one population (at S = 64,
@@ -428,6 +435,8 @@ class IslandEngine(SearchAlgorithm):
         else:
             self.revive_after = 0  # a seconds budget: no generation count to compare with
         self.retired: set[int] = set()
+        self.seed_islands = bool(settings.get("seed_islands", True))
+        self._seeds: Seeds | None = None  # the seed plans, when kept out of the islands
 
     @property
     def used(self) -> int:
@@ -436,11 +445,16 @@ class IslandEngine(SearchAlgorithm):
 
     @property
     def best_time(self) -> float:  # type: ignore[override]
-        return min(e.best_time for e in self.islands)
+        t = min(e.best_time for e in self.islands)
+        return t if self._seeds is None else min(t, self._seed_time())
+
+    def _seed_time(self) -> float:
+        s = self._seeds
+        return float(s.times.min()) if s is not None and s.times.size else float("inf")
 
     @property
     def start_time(self) -> float:  # type: ignore[override]
-        return min(e.start_time for e in self.islands)
+        return min(min(e.start_time for e in self.islands), self._seed_time())
 
     def _fraction(self) -> float:
         b, f = self.budget, 0.0
@@ -456,6 +470,12 @@ class IslandEngine(SearchAlgorithm):
         self._t0 = time.perf_counter()
         first = self.islands[0]
         seeds = first.make_seeds(evaluate)  # once, counted by the first island
+        if not self.seed_islands:
+            # the seed plans stay out of the populations (they take them over: on vgg16 the
+            # islands then share the seeds' basins); they still bound the result (best())
+            self._seeds = seeds
+            seeds = Seeds(seeds.fbits[:0], seeds.bbits[:0], seeds.times[:0], [], 0,
+                          None if seeds.caps is None else seeds.caps[:0])
         for e in self.islands:
             e.populate(seeds, evaluate)
         self.seed_labels = first.seed_labels
@@ -497,16 +517,27 @@ class IslandEngine(SearchAlgorithm):
         return float(e.times[i]), int(e.tie[i])
 
     def best(self) -> tuple[Genomes, float]:
+        """The best island's best; a seed plan kept out of the islands (``seed_islands``
+        false) when it is strictly faster, so the result is never worse than the seeds."""
         e = min(self.islands, key=self._key)
-        return e.best()
+        g, t = e.best()
+        s = self._seeds
+        if s is not None and self._seed_time() < t:
+            i = int(np.argmin(s.times))
+            caps = None if s.caps is None or g.caps is None else s.caps[i:i + 1]
+            f = s.fbits[i:i + 1]
+            return (Genomes(f, s.bbits[i:i + 1] if self.islands[0].recompute else f, caps),
+                    float(s.times[i]))
+        return g, t
 
 
 class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
-    Budget: without one, ``evals:max(200000, 12*S*(B-1))`` (:func:`default_evaluations`: the
-    budget grows with the chromosome; at S = 64, B = 1024 doubling it gains 0.78 % stash and
-    1.75 % recompute, results/perf/convergence.md, session 17); any ``--budget`` overrides it.
+    Budget: without one, ``evals:max(1000000, 12*S*(B-1))`` (:func:`default_evaluations`: the
+    budget grows with the chromosome; at S = 64, B = 1024 the per-bit rule's 785,664 doubled
+    gains 0.78 % stash and 1.75 % recompute, results/perf/convergence.md, session 17); any
+    ``--budget`` overrides it.
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
@@ -518,7 +549,9 @@ class TiDGAP(SearchPlanner):
     the best, each best move accepted when better or equal; 0, the default: none; needs
     ``islands=1``),
     ``islands`` (4: populations of ``population / islands`` raced by successive halving; 1: one
-    population; used only when each island gets at least :data:`ISLAND_FLOOR`), ``race``
+    population; used only when each island gets at least :data:`ISLAND_FLOOR`),
+    ``seed_islands`` (false, the default: islands start from random individuals and the seed
+    plans only bound the result; true: every island starts from the seed plans), ``race``
     (0.25: the budget fraction by which one island is left), ``revive`` (the budget fraction
     the last island may go without improving before the best stopped island resumes;
     ``auto``, the default: 0.15 in stash, 0 in recompute, :data:`REVIVE_AUTO`),
@@ -541,12 +574,12 @@ class TiDGAP(SearchPlanner):
     default_budget = f"evals:{BUDGET_FLOOR}"
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
                 "patience": 0, "copy_rate": 1.0, "sync_rate": 0.5, "polish": 0.0,
-                "islands": 4, "race": 0.25, "revive": "auto",
+                "islands": 4, "race": 0.25, "revive": "auto", "seed_islands": False,
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
 
     def budget_for(self, problem: Problem) -> str:
-        """The default budget on ``problem``: ``evals:max(200000, 12*S*(B-1))``."""
+        """The default budget on ``problem``: ``evals:max(1000000, 12*S*(B-1))``."""
         return f"evals:{default_evaluations(problem)}"
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
