@@ -435,7 +435,7 @@ class IslandEngine(SearchAlgorithm):
         else:
             self.revive_after = 0  # a seconds budget: no generation count to compare with
         self.retired: set[int] = set()
-        self.seed_islands = bool(settings.get("seed_islands", True))
+        self.seed_islands = bool(settings.get("seed_islands", False))
         self._seeds: Seeds | None = None  # the seed plans, when kept out of the islands
 
     @property
@@ -523,7 +523,7 @@ class IslandEngine(SearchAlgorithm):
         g, t = e.best()
         s = self._seeds
         if s is not None and self._seed_time() < t:
-            i = int(np.argmin(s.times))
+            i = int(np.argmin(s.times))  # the seed _seed_time() names
             caps = None if s.caps is None or g.caps is None else s.caps[i:i + 1]
             f = s.fbits[i:i + 1]
             return (Genomes(f, s.bbits[i:i + 1] if self.islands[0].recompute else f, caps),
