@@ -37,9 +37,9 @@ family (results/perf/quality.md):
   B = 1024, where the budget buys a population of 128). The islands start from random
   individuals (``seed_islands`` false): the seed plans are evaluated and bound the result, but
   stay out of the populations, which they took over: vgg16 stash at 200,000 evaluations,
-  median gap +2.9 % against +3.8 % (80 seeds); with the 1,000,000-evaluation floor every
-  problem's median came within about 1 % of the best plan known (results/perf/quality.md,
-  session 19);
+  median gap +2.9 % against +3.8 % (80 seeds); with the 1,000,000-evaluation floor vgg16's
+  median gaps fell from +3.8 % / +4.0 % to +1.35 % / +1.54 % (stash / recompute, 40 seeds;
+  results/perf/quality.md, session 19);
 * **revival** (``revive``; ``auto``: 15 % of the budget in stash, off in recompute): when the
   last island has not improved for that share of the budget, it retires and the best stopped
   island resumes. On gpt1-14 stash a run that ends in the trap at +2.01 % has its last
@@ -86,9 +86,10 @@ __all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "REVIVE_AUTO", "Isl
 #: TiDGAP's default budget grows with the chromosome: ``max(BUDGET_FLOOR, BUDGET_PER_BIT *
 #: S*(B-1))`` evaluations (:func:`default_evaluations`). The floor is the budget measured on
 #: gpt1-14 and vgg16 (results/perf/quality.md, session 19: with islands started from random
-#: individuals, 1,000,000 evaluations bring vgg16 near the best plan known in both modes, where
-#: 200,000 left a median gap of about 3 %); at S = 64, B = 1024 (785,664 by the per-bit rule)
-#: doubling the budget still gains more than 1 % in recompute (results/perf/convergence.md).
+#: individuals, 1,000,000 evaluations take vgg16's median gap to the best plan known to about
+#: +1.4 % in both modes, where 200,000 left about +3 %; 2,000,000 gained a little more, at twice
+#: the time); at S = 64, B = 1024 (785,664 by the per-bit rule) doubling the budget still
+#: gains more than 1 % in recompute (results/perf/convergence.md).
 BUDGET_FLOOR = 1_000_000
 BUDGET_PER_BIT = 12
 #: The smallest island population: a run whose population (:func:`.ga.population_size`)
