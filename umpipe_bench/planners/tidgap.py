@@ -88,8 +88,8 @@ __all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "REVIVE_AUTO", "Isl
 #: gpt1-14 and vgg16 (results/perf/quality.md, session 19: with islands started from random
 #: individuals, 1,000,000 evaluations take vgg16's median gap to the best plan known to about
 #: +1.4 % in both modes, where 200,000 left about +3 %; 2,000,000 gained a little more, at twice
-#: the time); at S = 64, B = 1024 (785,664 by the per-bit rule) doubling the budget still
-#: gains more than 1 % in recompute (results/perf/convergence.md).
+#: the time); at S = 64, B = 1024 (785,664 by the per-bit rule, so 1,000,000) doubling it
+#: still gains 1.66 % in recompute (results/perf/convergence.md).
 BUDGET_FLOOR = 1_000_000
 BUDGET_PER_BIT = 12
 #: The smallest island population: a run whose population (:func:`.ga.population_size`)
@@ -536,9 +536,9 @@ class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
     Budget: without one, ``evals:max(1000000, 12*S*(B-1))`` (:func:`default_evaluations`: the
-    budget grows with the chromosome; at S = 64, B = 1024 the per-bit rule's 785,664 doubled
-    gains 0.78 % stash and 1.75 % recompute, results/perf/convergence.md, session 17); any
-    ``--budget`` overrides it.
+    budget grows with the chromosome; at S = 64, B = 1024 doubling the default gains 0.68 %
+    stash and 1.66 % recompute, results/perf/convergence.md, session 19); any ``--budget``
+    overrides it.
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
