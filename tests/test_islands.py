@@ -145,8 +145,8 @@ def _rows(f: np.ndarray, k: np.ndarray | None) -> set[bytes]:
 
 @pytest.mark.parametrize("mode", ["stash", "recompute"])
 def test_islands_start_from_the_seed_plans_only_when_asked(mode):
-    """``seed_islands`` false (the default): no seed plan is in any island's population, and
-    the seeds are kept to bound the result; true: every island holds every seed plan."""
+    """``seed_islands`` false: no seed plan is in any island's population, and the seeds are
+    kept to bound the result; true (the default): every island holds every seed plan."""
     for seeded in (False, True):
         algo, objective, budget = _algorithm(TiDGAP(population=512, seed_islands=seeded), mode)
         loop = SearchLoop(objective, Termination(budget))

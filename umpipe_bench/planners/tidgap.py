@@ -34,12 +34,12 @@ family (results/perf/quality.md):
   of a quarter each run side by side from the same seeds, and the worse half stops at evenly
   spaced points up to the ``race`` fraction of the budget (:class:`IslandEngine`). Only when
   each island gets at least :data:`ISLAND_FLOOR` individuals (gpt1-14, vgg16; not at S = 64,
-  B = 1024, where the budget buys a population of 128). The islands start from random
-  individuals (``seed_islands`` false): the seed plans are evaluated and bound the result, but
-  stay out of the populations, which they took over: vgg16 stash at 200,000 evaluations,
-  median gap +2.9 % against +3.8 % (80 seeds); with the 1,000,000-evaluation floor vgg16's
-  median gaps fell from +3.8 % / +4.0 % to +1.35 % / +1.54 % (stash / recompute, 40 seeds;
-  results/perf/quality.md, session 19);
+  B = 1024, where the budget buys a population of 128). ``seed_islands=false`` starts the
+  islands from random individuals instead (the seed plans are then evaluated and only bound
+  the result). On vgg16 that is better (at 1,000,000 evaluations median gaps +1.35 % / +1.54 %
+  stash / recompute over 40 seeds, against +2.2 % for seeded islands on 10), but on
+  vgg16-cuda, where the 1F1B-EDP seed leads to the best plans, it is 2-7 % worse, so the
+  default keeps the seeds in every island (results/perf/quality.md, session 19);
 * **revival** (``revive``; ``auto``: 15 % of the budget in stash, off in recompute): when the
   last island has not improved for that share of the budget, it retires and the best stopped
   island resumes. On gpt1-14 stash a run that ends in the trap at +2.01 % has its last
@@ -85,12 +85,9 @@ __all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "REVIVE_AUTO", "Isl
 
 #: TiDGAP's default budget grows with the chromosome: ``max(BUDGET_FLOOR, BUDGET_PER_BIT *
 #: S*(B-1))`` evaluations (:func:`default_evaluations`). The floor is the budget measured on
-#: gpt1-14 and vgg16 (results/perf/quality.md, session 19: with islands started from random
-#: individuals, 1,000,000 evaluations take vgg16's median gap to the best plan known to about
-#: +1.4 % in both modes, where 200,000 left about +3 %; 2,000,000 gained a little more, at twice
-#: the time); at S = 64, B = 1024 (785,664 by the per-bit rule, so 1,000,000) doubling it
-#: still gains 1.66 % in recompute (results/perf/convergence.md).
-BUDGET_FLOOR = 1_000_000
+#: gpt1-14 and vgg16 (results/perf/quality.md); at S = 64, B = 1024 it left more than 1 % to
+#: gain from doubling it in recompute (results/perf/convergence.md).
+BUDGET_FLOOR = 200_000
 BUDGET_PER_BIT = 12
 #: The smallest island population: a run whose population (:func:`.ga.population_size`)
 #: would give each of the ``islands`` fewer individuals runs as one population (at S = 64,
@@ -436,7 +433,7 @@ class IslandEngine(SearchAlgorithm):
         else:
             self.revive_after = 0  # a seconds budget: no generation count to compare with
         self.retired: set[int] = set()
-        self.seed_islands = bool(settings.get("seed_islands", False))
+        self.seed_islands = bool(settings.get("seed_islands", True))
         self._seeds: Seeds | None = None  # the seed plans, when kept out of the islands
 
     @property
@@ -535,10 +532,9 @@ class IslandEngine(SearchAlgorithm):
 class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
-    Budget: without one, ``evals:max(1000000, 12*S*(B-1))`` (:func:`default_evaluations`: the
-    budget grows with the chromosome; at S = 64, B = 1024 doubling the default gains 0.68 %
-    stash and 1.66 % recompute, results/perf/convergence.md, session 19); any ``--budget``
-    overrides it.
+    Budget: without one, ``evals:max(200000, 12*S*(B-1))`` (:func:`default_evaluations`: the
+    budget grows with the chromosome; at S = 64, B = 1024 doubling it gains 0.78 % stash and
+    1.75 % recompute, results/perf/convergence.md, session 17); any ``--budget`` overrides it.
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
@@ -551,8 +547,8 @@ class TiDGAP(SearchPlanner):
     ``islands=1``),
     ``islands`` (4: populations of ``population / islands`` raced by successive halving; 1: one
     population; used only when each island gets at least :data:`ISLAND_FLOOR`),
-    ``seed_islands`` (false, the default: islands start from random individuals and the seed
-    plans only bound the result; true: every island starts from the seed plans), ``race``
+    ``seed_islands`` (true, the default: every island starts from the seed plans; false:
+    islands start from random individuals and the seed plans only bound the result), ``race``
     (0.25: the budget fraction by which one island is left), ``revive`` (the budget fraction
     the last island may go without improving before the best stopped island resumes;
     ``auto``, the default: 0.15 in stash, 0 in recompute, :data:`REVIVE_AUTO`),
@@ -575,12 +571,12 @@ class TiDGAP(SearchPlanner):
     default_budget = f"evals:{BUDGET_FLOOR}"
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
                 "patience": 0, "copy_rate": 1.0, "sync_rate": 0.5, "polish": 0.0,
-                "islands": 4, "race": 0.25, "revive": "auto", "seed_islands": False,
+                "islands": 4, "race": 0.25, "revive": "auto", "seed_islands": True,
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
 
     def budget_for(self, problem: Problem) -> str:
-        """The default budget on ``problem``: ``evals:max(1000000, 12*S*(B-1))``."""
+        """The default budget on ``problem``: ``evals:max(200000, 12*S*(B-1))``."""
         return f"evals:{default_evaluations(problem)}"
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
