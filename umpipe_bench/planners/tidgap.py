@@ -443,8 +443,7 @@ class IslandEngine(SearchAlgorithm):
 
     @property
     def best_time(self) -> float:  # type: ignore[override]
-        t = min(e.best_time for e in self.islands)
-        return t if self._seeds is None else min(t, self._seed_time())
+        return min(min(e.best_time for e in self.islands), self._seed_time())
 
     def _seed_time(self) -> float:
         s = self._seeds
