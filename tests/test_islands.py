@@ -184,3 +184,35 @@ def test_a_result_is_never_worse_than_the_seed_plans(mode):
         assert gpipe_recurrence(prob, res.plan) == res.iteration_time
         out.append(res)
     assert out[0].iteration_time == out[0].start_time == out[1].start_time
+
+
+@pytest.mark.parametrize("mode", ["stash", "recompute"])
+def test_mixed_islands_seed_half_and_keep_one_of_each_kind_at_the_first_halving(mode):
+    """``mixed_islands``: islands 0-1 hold every seed plan, islands 2-3 none; the first
+    halving keeps the best island of each kind, the second the better of those two."""
+    planner = TiDGAP(population=512, mixed_islands=True, race=0.5, revive=0)
+    algo, objective, budget = _algorithm(planner, mode)
+    loop = SearchLoop(objective, Termination(budget))
+    algo.setup(loop.evaluate)
+    assert algo.used == loop.evaluations and algo._seeds is not None
+    seeds = _rows(algo._seeds.fbits, algo._seeds.caps)
+    for i, e in enumerate(algo.islands):
+        held = _rows(e.pop_f, e.pop_k)
+        assert (seeds <= held) if i < 2 else not (seeds & held)
+    seen = []
+    while not loop.termination.reached(loop.evaluations, 0, 0.0, algo.ask_size()):
+        before = list(algo.active)
+        g = algo.ask()
+        algo.tell(g, loop.evaluate(g))
+        if algo.active != before:
+            best = {kind: min((i for i in before if (i < 2) == kind),
+                              key=lambda i: algo._key(algo.islands[i]), default=None)
+                    for kind in (True, False)}
+            if len(before) == 4:
+                assert algo.active == sorted([best[True], best[False]])
+            else:
+                assert algo.active == [min(before, key=lambda i: algo._key(algo.islands[i]))]
+            seen.append(len(algo.active))
+    assert seen == [2, 1]
+    genome, T = algo.best()
+    assert T == objective.evaluate(genome)[0] == algo.best_time

@@ -434,6 +434,9 @@ class IslandEngine(SearchAlgorithm):
             self.revive_after = 0  # a seconds budget: no generation count to compare with
         self.retired: set[int] = set()
         self.seed_islands = bool(settings.get("seed_islands", True))
+        # mixed_islands: the first half of the islands from the seeds, the rest random; a
+        # halving keeps the better half of each kind while each kind has two or more
+        self.mixed = bool(settings.get("mixed_islands", False)) and islands >= 2
         self._seeds: Seeds | None = None  # the seed plans, when kept out of the islands
 
     @property
@@ -467,14 +470,15 @@ class IslandEngine(SearchAlgorithm):
         self._t0 = time.perf_counter()
         first = self.islands[0]
         seeds = first.make_seeds(evaluate)  # once, counted by the first island
-        if not self.seed_islands:
-            # the seed plans stay out of the populations (they take them over: on vgg16 the
+        full = seeds
+        if not self.seed_islands or self.mixed:
+            # the seed plans stay out of (some) populations (they take them over: on vgg16 the
             # islands then share the seeds' basins); they still bound the result (best())
             self._seeds = seeds
             seeds = Seeds(seeds.fbits[:0], seeds.bbits[:0], seeds.times[:0], [], 0,
                           None if seeds.caps is None else seeds.caps[:0])
-        for e in self.islands:
-            e.populate(seeds, evaluate)
+        for i, e in enumerate(self.islands):
+            e.populate(full if self.mixed and i < self._half else seeds, evaluate)
         self.seed_labels = first.seed_labels
 
     def ask_size(self) -> int:
@@ -496,8 +500,12 @@ class IslandEngine(SearchAlgorithm):
             a += n
         while len(self.active) > 1 and self.race_at and self._fraction() >= self.race_at[0]:
             self.race_at.pop(0)
-            rank = sorted(self.active, key=lambda i: self._key(self.islands[i]))
-            self.active = sorted(rank[:max(1, len(rank) // 2)])
+            kinds = ([[i for i in self.active if i < self._half],
+                      [i for i in self.active if i >= self._half]] if self.mixed else [])
+            if kinds and min(len(k) for k in kinds) >= 2:
+                self.active = sorted(j for k in kinds for j in self._better_half(k))
+            else:
+                self.active = sorted(self._better_half(self.active))
         if self.revive_after and not self.race_at and len(self.active) == 1:
             i = self.active[0]
             if self.islands[i].stale >= self.revive_after:
@@ -507,6 +515,15 @@ class IslandEngine(SearchAlgorithm):
                 if rest:
                     self.retired.add(i)
                     self.active = [min(rest, key=lambda j: self._key(self.islands[j]))]
+
+    @property
+    def _half(self) -> int:
+        """Islands ``0.._half-1`` start from the seeds under ``mixed_islands``."""
+        return len(self.islands) // 2
+
+    def _better_half(self, ids: list[int]) -> list[int]:
+        rank = sorted(ids, key=lambda i: self._key(self.islands[i]))
+        return rank[:max(1, len(rank) // 2)]
 
     @staticmethod
     def _key(e: TiDGAPEngine) -> tuple[float, int]:
@@ -547,7 +564,11 @@ class TiDGAP(SearchPlanner):
     ``islands`` (4: populations of ``population / islands`` raced by successive halving; 1: one
     population; used only when each island gets at least :data:`ISLAND_FLOOR`),
     ``seed_islands`` (true, the default: every island starts from the seed plans; false:
-    islands start from random individuals and the seed plans only bound the result), ``race``
+    islands start from random individuals and the seed plans only bound the result),
+    ``mixed_islands`` (false, the default; true: the first half of the islands start from the
+    seed plans and the rest from random individuals, and a halving keeps the better half of
+    each kind while each kind has two or more: with 4 islands, one of each survives the first
+    halving; a candidate default, results/perf/quality.md, session 19), ``race``
     (0.25: the budget fraction by which one island is left), ``revive`` (the budget fraction
     the last island may go without improving before the best stopped island resumes;
     ``auto``, the default: 0.15 in stash, 0 in recompute, :data:`REVIVE_AUTO`),
@@ -571,6 +592,7 @@ class TiDGAP(SearchPlanner):
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
                 "patience": 0, "copy_rate": 1.0, "sync_rate": 0.5, "polish": 0.0,
                 "islands": 4, "race": 0.25, "revive": "auto", "seed_islands": True,
+                "mixed_islands": False,
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
 
