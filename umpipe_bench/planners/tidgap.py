@@ -436,7 +436,7 @@ class IslandEngine(SearchAlgorithm):
         self.seed_islands = bool(settings.get("seed_islands", True))
         # mixed_islands: the first half of the islands from the seeds, the rest random; a
         # halving keeps the better half of each kind while each kind has two or more
-        self.mixed = bool(settings.get("mixed_islands", False)) and islands >= 2
+        self.mixed = bool(settings.get("mixed_islands", False))
         self._seeds: Seeds | None = None  # the seed plans, when kept out of the islands
 
     @property
@@ -449,6 +449,7 @@ class IslandEngine(SearchAlgorithm):
         return min(min(e.best_time for e in self.islands), self._seed_time())
 
     def _seed_time(self) -> float:
+        """T of the best seed plan kept out of the islands (inf: none kept)."""
         s = self._seeds
         return float(s.times.min()) if s is not None and s.times.size else float("inf")
 
@@ -531,13 +532,14 @@ class IslandEngine(SearchAlgorithm):
         return float(e.times[i]), int(e.tie[i])
 
     def best(self) -> tuple[Genomes, float]:
-        """The best island's best; a seed plan kept out of the islands (``seed_islands``
-        false) when it is strictly faster, so the result is never worse than the seeds."""
+        """The best island's best; the best seed plan when the seeds were kept out of some
+        islands (``seed_islands`` false, ``mixed_islands``) and it is strictly faster, so the
+        result is never worse than the seeds."""
         e = min(self.islands, key=self._key)
         g, t = e.best()
         s = self._seeds
         if s is not None and self._seed_time() < t:
-            i = int(np.argmin(s.times))  # the seed _seed_time() names
+            i = int(np.argmin(s.times))
             caps = None if s.caps is None or g.caps is None else s.caps[i:i + 1]
             f = s.fbits[i:i + 1]
             return (Genomes(f, s.bbits[i:i + 1] if self.islands[0].recompute else f, caps),
@@ -568,7 +570,8 @@ class TiDGAP(SearchPlanner):
     ``mixed_islands`` (false, the default; true: the first half of the islands start from the
     seed plans and the rest from random individuals, and a halving keeps the better half of
     each kind while each kind has two or more: with 4 islands, one of each survives the first
-    halving; a candidate default, results/perf/quality.md, session 19), ``race``
+    halving; it overrides ``seed_islands``; a candidate default, results/perf/quality.md,
+    session 19), ``race``
     (0.25: the budget fraction by which one island is left), ``revive`` (the budget fraction
     the last island may go without improving before the best stopped island resumes;
     ``auto``, the default: 0.15 in stash, 0 in recompute, :data:`REVIVE_AUTO`),
