@@ -36,7 +36,7 @@ def test_islands_are_used_only_when_each_gets_the_floor_population():
 
 @pytest.mark.parametrize("mode", ["stash", "recompute"])
 def test_race_keeps_the_better_half_at_the_race_points(mode):
-    planner = TiDGAP(population=512, race=0.5, revive=0)
+    planner = TiDGAP(population=512, race=0.5, revive=0, mixed_islands=False)
     algo, objective, budget = _algorithm(planner, mode)
     loop = SearchLoop(objective, Termination(budget))
     algo.setup(loop.evaluate)
@@ -95,7 +95,7 @@ def test_a_stalled_last_island_retires_and_the_best_stopped_one_resumes():
     """After the race, the last island that goes ``revive`` of the budget without improving
     retires; the best stopped island (by T, then caps) resumes with its own population, once
     per island; the result stays the best any island found, and the budget holds."""
-    planner = TiDGAP(population=512, revive=0.05)
+    planner = TiDGAP(population=512, revive=0.05, mixed_islands=False)
     algo, objective, budget = _algorithm(planner, "stash")
     assert algo.revive_after == int(np.ceil(0.05 * budget.evaluations / 128))
     loop = SearchLoop(objective, Termination(budget))
@@ -146,9 +146,11 @@ def _rows(f: np.ndarray, k: np.ndarray | None) -> set[bytes]:
 @pytest.mark.parametrize("mode", ["stash", "recompute"])
 def test_islands_start_from_the_seed_plans_only_when_asked(mode):
     """``seed_islands`` false: no seed plan is in any island's population, and the seeds are
-    kept to bound the result; true (the default): every island holds every seed plan."""
+    kept to bound the result; true: every island holds every seed plan (both with
+    ``mixed_islands`` false, which otherwise decides)."""
     for seeded in (False, True):
-        algo, objective, budget = _algorithm(TiDGAP(population=512, seed_islands=seeded), mode)
+        algo, objective, budget = _algorithm(
+            TiDGAP(population=512, seed_islands=seeded, mixed_islands=False), mode)
         loop = SearchLoop(objective, Termination(budget))
         algo.setup(loop.evaluate)
         assert algo.used == loop.evaluations  # the seeds are evaluated once either way
@@ -178,7 +180,8 @@ def test_a_result_is_never_worse_than_the_seed_plans(mode):
     prob = synthetic_problem(8, 128, 1)
     out = []
     for seeded in (False, True):
-        res = TiDGAP(population=512, schedule="gpipe", seed_islands=seeded).plan(
+        res = TiDGAP(population=512, schedule="gpipe", seed_islands=seeded,
+                     mixed_islands=False).plan(
             prob, mode=mode, seed=0, budget="gens:1")
         assert res.iteration_time <= res.start_time
         assert gpipe_recurrence(prob, res.plan) == res.iteration_time

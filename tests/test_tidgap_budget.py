@@ -8,10 +8,14 @@ import pytest
 
 from umpipe_bench.planners.base import Budget, PlannerError
 from umpipe_bench.planners.tidgap import (
-    BUDGET_FLOOR,
+    BUDGET_CAP,
     BUDGET_PER_BIT,
+    BUDGET_WORK,
+    MAX_RESTARTS,
+    ROUND_FLOOR,
     TiDGAP,
     TiDGAPEngine,
+    auto_restarts,
     default_evaluations,
 )
 from umpipe_bench.synthetic import synthetic_problem
@@ -19,12 +23,26 @@ from umpipe_bench.synthetic import synthetic_problem
 SMALL = synthetic_problem(4, 12, 3)
 
 
-def test_default_budget_has_a_floor_and_grows_with_the_chromosome():
-    assert default_evaluations(SMALL) == BUDGET_FLOOR
-    big = synthetic_problem(64, 1024, 0)
-    assert default_evaluations(big) == BUDGET_PER_BIT * 64 * 1023 > BUDGET_FLOOR
+def test_default_budget_is_a_capped_work_floor_or_a_per_bit_budget():
+    assert default_evaluations(SMALL) == BUDGET_CAP  # 44 bits: the work floor is capped
+    mid = synthetic_problem(32, 256, 0)  # 8160 bits: the work floor
+    assert default_evaluations(mid) == BUDGET_WORK // (32 * 255) < BUDGET_CAP
+    assert default_evaluations(mid) > BUDGET_PER_BIT * 32 * 255
+    big = synthetic_problem(64, 1024, 0)  # the per-bit budget
+    assert default_evaluations(big) == BUDGET_PER_BIT * 64 * 1023 > BUDGET_WORK // (64 * 1023)
     assert TiDGAP().budget_for(big) == f"evals:{BUDGET_PER_BIT * 64 * 1023}"
-    assert TiDGAP.default_budget == f"evals:{BUDGET_FLOOR}"
+    assert TiDGAP.default_budget == f"evals:{BUDGET_CAP}"
+
+
+def test_auto_restarts_give_each_round_its_floor():
+    assert auto_restarts(SMALL, Budget.parse(f"evals:{BUDGET_CAP}")) == MAX_RESTARTS
+    assert auto_restarts(SMALL, Budget.parse(f"evals:{2 * ROUND_FLOOR - 1}")) == 1
+    assert auto_restarts(SMALL, Budget.parse(f"evals:{2 * ROUND_FLOOR}")) == 2
+    assert auto_restarts(SMALL, Budget.parse(f"evals:{100 * ROUND_FLOOR}")) == MAX_RESTARTS
+    assert auto_restarts(SMALL, Budget.parse("gens:100000")) == 1
+    big = synthetic_problem(64, 1024, 0)  # a round needs 64 evaluations per bit there
+    assert auto_restarts(big, Budget.parse(f"evals:{default_evaluations(big)}")) == 1
+    assert auto_restarts(big, Budget.parse(f"evals:{2 * 64 * 64 * 1023}")) == 2
 
 
 def test_plan_without_a_budget_uses_the_problem_budget(monkeypatch):
@@ -77,7 +95,7 @@ def test_no_polish_without_an_evaluation_budget():
 
 def test_plan_json_records_the_budget_the_planner_used(monkeypatch, capsys):
     """`plan --json` without --budget reports the problem's budget (`budget_for`), not the
-    planner's floor (it recorded evals:200000 on problems where TiDGAP spent more)."""
+    planner's class default (it recorded evals:200000 on problems where TiDGAP spent more)."""
     import json
 
     from umpipe_bench.cli import main

@@ -103,6 +103,9 @@ def test_tuned_planner_reads_the_file_and_says_how_to_make_it(tmp_path, monkeypa
         problem, mode="recompute", budget="evals:200", seed=0)
     assert res.planner == "tidgap-tuned" and res.plan.meta["planner"] == "tidgap-tuned"
     assert res.iteration_time == ref.iteration_time and res.plan == ref.plan
+    # without a budget it runs TiDGAP's budget for the problem, not the class default
+    big = get_problem("sim-s32-b256-s0")
+    assert p.budget_for(big) == get_planner("tidgap").budget_for(big) != p.default_budget
 
 
 def test_committed_tuned_settings_load():

@@ -34,12 +34,22 @@ family (results/perf/quality.md):
   of a quarter each run side by side from the same seeds, and the worse half stops at evenly
   spaced points up to the ``race`` fraction of the budget (:class:`IslandEngine`). Only when
   each island gets at least :data:`ISLAND_FLOOR` individuals (gpt1-14, vgg16; not at S = 64,
-  B = 1024, where the budget buys a population of 128). ``seed_islands=false`` starts the
-  islands from random individuals instead (the seed plans are then evaluated and only bound
-  the result). On vgg16 that is better (at 1,000,000 evaluations median gaps +1.35 % / +1.54 %
-  stash / recompute over 40 seeds, against +2.2 % for seeded islands on 10), but on
-  vgg16-cuda, where the 1F1B-EDP seed leads to the best plans, it is 2-7 % worse, so the
-  default keeps the seeds in every island (results/perf/quality.md, session 19);
+  B = 1024, where the budget buys a population of 128);
+* **mixed islands** (``mixed_islands``, true): half the islands start from the seed plans and
+  half from random individuals, and a halving keeps the better half of each kind while each
+  kind has two or more. Seeded islands alone share the seeds' basins (the seed plans, far
+  better than random ones, take the populations over); random islands alone
+  (``seed_islands=false``) find better basins on vgg16 but lose 2-7 % on vgg16-cuda, where
+  the 1F1B-EDP seed leads to the best plans. With both kinds, at 1,000,000 evaluations vgg16's
+  median gaps went from +2.2 % (seeded) to +1.14 % / +1.43 % (stash / recompute, 40 seeds) and
+  vgg16-cuda kept the seeded plans (results/perf/quality.md, session 19);
+* **restarts** (``restarts``; ``auto``: :func:`auto_restarts`, 4 on gpt1-14 and vgg16 at the
+  default budget, 1 at S = 64, B = 1024): a run settles into one basin within about 1,000,000
+  evaluations and then stays there (vgg16 stash, seeds 0-2: the same T at 4,000,000 as at
+  1,000,000, to 0.03 %), so the budget is split into rounds, each a fresh run from its own
+  random stream, and the best round wins (:class:`RestartEngine`). On vgg16 at 4,000,000
+  evaluations the median gap fell from about +1.1 % / +1.4 % (one run) to +0.8 % / +0.7 %
+  with every seed within 2 % (results/perf/quality.md, session 20);
 * **revival** (``revive``; ``auto``: 15 % of the budget in stash, off in recompute): when the
   last island has not improved for that share of the budget, it retires and the best stopped
   island resumes. On gpt1-14 stash a run that ends in the trap at +2.01 % has its last
@@ -56,14 +66,15 @@ generation *restarts* the population: fresh random individuals beside the elites
 (the default) turns both off: with the population, mutation rates and stage-copy mutation below,
 they did not help at the default budget (results/perf/quality.md).
 
-Randomness comes from one ``numpy.random.Generator(seed)`` (islands: one stream each, spawned
-from the seed): same seed, same result (for evaluation and generation budgets; a seconds budget
-stops wherever the clock says).
+Randomness comes from one ``numpy.random.Generator(seed)`` (restart rounds and islands: one
+stream each, spawned from the seed): same seed, same result (for evaluation and generation
+budgets; a seconds budget stops wherever the clock says).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -80,15 +91,28 @@ from .seeding import Seeds, add_family_seeds, initial_population, seed_plans
 from .settings import auto_or
 from .threads import apply_threads, parse_threads
 
-__all__ = ["BUDGET_FLOOR", "BUDGET_PER_BIT", "ISLAND_FLOOR", "REVIVE_AUTO", "IslandEngine",
-           "TiDGAP", "TiDGAPEngine", "default_evaluations", "parse_revive"]
+__all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_RESTARTS",
+           "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "IslandEngine", "RestartEngine",
+           "TiDGAP", "TiDGAPEngine", "auto_restarts", "default_evaluations", "parse_restarts",
+           "parse_revive"]
 
-#: TiDGAP's default budget grows with the chromosome: ``max(BUDGET_FLOOR, BUDGET_PER_BIT *
-#: S*(B-1))`` evaluations (:func:`default_evaluations`). The floor is the budget measured on
-#: gpt1-14 and vgg16 (results/perf/quality.md); at S = 64, B = 1024 it left more than 1 % to
-#: gain from doubling it in recompute (results/perf/convergence.md).
-BUDGET_FLOOR = 200_000
+#: TiDGAP's default budget (:func:`default_evaluations`): the larger of ``BUDGET_PER_BIT``
+#: evaluations per cut bit (``12*S*(B-1)``: 785,664 at S = 64, B = 1024, where doubling it gains
+#: under 1 % in stash, results/perf/convergence.md) and a fixed amount of simulation work,
+#: ``BUDGET_WORK / (S*(B-1))`` evaluations (the work of 4,000,000 evaluations of a 512-bit
+#: chromosome, 40-70 s on one core here), at most ``BUDGET_CAP``. On gpt1-14 and vgg16 that is
+#: four restart rounds of about 1,000,000 (:data:`ROUND_FLOOR`); a single run at 4,000,000 ends
+#: where it ends at 1,000,000 (results/perf/quality.md, session 20).
 BUDGET_PER_BIT = 12
+BUDGET_WORK = 2_048_000_000
+BUDGET_CAP = 4_000_000
+#: ``restarts=auto``: as many rounds as the evaluation budget gives each at least
+#: ``max(ROUND_FLOOR, ROUND_PER_BIT*S*(B-1))`` evaluations, at most ``MAX_RESTARTS``. A vgg16
+#: run converges within about 1,000,000; at S = 64, B = 1024 a run is still improving at
+#: 3,000,000 (results/perf/convergence.md), so rounds there would only cut it short.
+ROUND_FLOOR = 1_000_000
+ROUND_PER_BIT = 64
+MAX_RESTARTS = 4
 #: The smallest island population: a run whose population (:func:`.ga.population_size`)
 #: would give each of the ``islands`` fewer individuals runs as one population (at S = 64,
 #: B = 1024 the default budget buys a population of 128, which needs every individual).
@@ -110,15 +134,29 @@ def parse_revive(planner: str, value: Any) -> float | str:
 
 
 def default_evaluations(problem: Problem) -> int:
-    """The default evaluation budget for ``problem`` (see :data:`BUDGET_FLOOR`)."""
-    return max(BUDGET_FLOOR, BUDGET_PER_BIT * problem.S * (problem.B - 1))
+    """The default evaluation budget for ``problem`` (see :data:`BUDGET_PER_BIT`)."""
+    L = max(1, problem.S * (problem.B - 1))
+    return max(BUDGET_PER_BIT * L, min(BUDGET_CAP, BUDGET_WORK // L))
+
+
+def auto_restarts(problem: Problem, budget: Budget) -> int:
+    """``restarts=auto`` (see :data:`ROUND_FLOOR`): 1 without an evaluation budget."""
+    if budget.evaluations is None:
+        return 1
+    L = problem.S * (problem.B - 1)
+    return max(1, min(MAX_RESTARTS, budget.evaluations // max(ROUND_FLOOR, ROUND_PER_BIT * L)))
+
+
+def parse_restarts(planner: str, value: Any) -> int | str:
+    """``"auto"`` or an integer >= 1; anything else is a PlannerError."""
+    return auto_or(planner, "restarts", value, int, lambda n: n >= 1, "an integer >= 1")
 
 
 class TiDGAPEngine(SearchAlgorithm):
     """One TiDGAP run over array populations (ask/tell; :class:`.loop.SearchLoop` drives)."""
 
     def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
-                 population: int, seed: int | None,
+                 population: int, seed: int | np.random.SeedSequence | None,
                  objective: Objective | None = None, evaluations: int | None = None) -> None:
         from . import _variation
 
@@ -173,6 +211,10 @@ class TiDGAPEngine(SearchAlgorithm):
         self._guess = self._nu  # how many to draw for the next call (_vary_stream)
         self.best_time = float("inf")
         self.start_time = float("inf")
+        # the seed plans: given (a later round of :class:`RestartEngine`: evaluated once, in
+        # the first round) or made in setup()
+        self.preset_seeds: Seeds | None = None
+        self.seeds: Seeds | None = None
 
     # ---------------------------------------------------------------- views
     @property
@@ -208,7 +250,9 @@ class TiDGAPEngine(SearchAlgorithm):
 
     # ---------------------------------------------------------------- ask/tell hooks
     def setup(self, evaluate: Evaluate) -> None:
-        self.populate(self.make_seeds(evaluate), evaluate)
+        seeds = self.preset_seeds or self.make_seeds(evaluate)
+        self.seeds = seeds
+        self.populate(seeds, evaluate)
 
     def _counting(self, evaluate: Evaluate) -> Evaluate:
         def counted(g: Genomes) -> np.ndarray:
@@ -409,11 +453,13 @@ class IslandEngine(SearchAlgorithm):
     """
 
     def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
-                 population: int, seed: int | None, objective: Objective,
-                 budget: Budget, islands: int, race: float) -> None:
+                 population: int, seed: int | np.random.SeedSequence | None,
+                 objective: Objective, budget: Budget, islands: int, race: float) -> None:
         self.budget = budget
         per = population // islands
-        streams = np.random.SeedSequence(seed).spawn(islands)
+        root = (seed if isinstance(seed, np.random.SeedSequence)
+                else np.random.SeedSequence(seed))
+        streams = root.spawn(islands)
         self.islands = [TiDGAPEngine(problem, mode, settings, per, ss, objective,
                                      budget.evaluations) for ss in streams]
         self.active = list(range(islands))
@@ -436,8 +482,10 @@ class IslandEngine(SearchAlgorithm):
         self.seed_islands = bool(settings.get("seed_islands", True))
         # mixed_islands: the first half of the islands from the seeds, the rest random; a
         # halving keeps the better half of each kind while each kind has two or more
-        self.mixed = bool(settings.get("mixed_islands", False))
+        self.mixed = bool(settings.get("mixed_islands", True))
         self._seeds: Seeds | None = None  # the seed plans, when kept out of the islands
+        self.preset_seeds: Seeds | None = None  # given by RestartEngine (evaluated once)
+        self.seeds: Seeds | None = None  # every seed plan, evaluated
 
     @property
     def used(self) -> int:
@@ -470,8 +518,9 @@ class IslandEngine(SearchAlgorithm):
     def setup(self, evaluate: Evaluate) -> None:
         self._t0 = time.perf_counter()
         first = self.islands[0]
-        seeds = first.make_seeds(evaluate)  # once, counted by the first island
-        full = seeds
+        # once, counted by the first island (or given: a later restart round)
+        seeds = self.preset_seeds or first.make_seeds(evaluate)
+        full = self.seeds = seeds
         if not self.seed_islands or self.mixed:
             # the seed plans stay out of (some) populations (they take them over: on vgg16 the
             # islands then share the seeds' basins); they still bound the result (best())
@@ -547,12 +596,113 @@ class IslandEngine(SearchAlgorithm):
         return g, t
 
 
+class RestartEngine(SearchAlgorithm):
+    """``R`` independent runs (rounds) one after another, each with ``1/R`` of the budget.
+
+    A TiDGAP run converges to one basin early and then polishes it (on vgg16 the island race
+    at 4,000,000 evaluations ends where it ends at 1,000,000, results/perf/quality.md); runs
+    from different random streams end in different basins. So ``restarts`` rounds, each a
+    fresh run (an :class:`IslandEngine` or one :class:`TiDGAPEngine`, built by ``build`` for
+    the round's budget and random stream, spawned from the run's seed), and the result is the
+    best round's best. The seed plans are evaluated once, in the first round; later rounds
+    are given them. A round ends when its share of the budget is spent (evaluations: the
+    next generation would not fit; generations; seconds); the last round gets all the rest.
+    """
+
+    def __init__(self, build: Callable[[Budget, np.random.SeedSequence],
+                                       IslandEngine | TiDGAPEngine],
+                 budget: Budget, rounds: int, seed: int | None) -> None:
+        self.build, self.budget, self.rounds = build, budget, rounds
+        self.streams = np.random.SeedSequence(seed).spawn(rounds)
+        self.engines: list[IslandEngine | TiDGAPEngine] = []
+        self._evaluate: Evaluate | None = None
+        self._used0 = 0  # evaluations before the current round
+        self._gen0 = 0  # generations before the current round
+        self.generation = 0
+        self._t0 = time.perf_counter()
+        self.seed_labels: list[str] = []
+
+    def _share(self, r: int) -> Budget:
+        """Round ``r``'s budget: an equal share, the last round everything left."""
+        b, R = self.budget, self.rounds
+        last = r == R - 1
+        ev = (None if b.evaluations is None else
+              b.evaluations - self.used if last else b.evaluations // R)
+        gens = (None if b.generations is None else
+                b.generations - self.generation if last else max(1, b.generations // R))
+        secs = None if b.seconds is None else b.seconds / R
+        return Budget(evaluations=ev, generations=gens, seconds=secs)
+
+    @property
+    def current(self) -> IslandEngine | TiDGAPEngine:
+        return self.engines[-1]
+
+    @property
+    def used(self) -> int:
+        return sum(e.used for e in self.engines)
+
+    @property
+    def best_time(self) -> float:  # type: ignore[override]
+        return min((e.best_time for e in self.engines), default=float("inf"))
+
+    @property
+    def start_time(self) -> float:  # type: ignore[override]
+        return self.engines[0].start_time if self.engines else float("inf")
+
+    def _start_round(self, evaluate: Evaluate) -> None:
+        r = len(self.engines)
+        self._round_budget = self._share(r)
+        self._used0, self._gen0 = self.used, self.generation
+        self._round_t0 = time.perf_counter()
+        e = self.build(self._round_budget, self.streams[r])
+        if self.engines:
+            e.preset_seeds = self.engines[0].seeds
+        self.engines.append(e)
+        e.setup(evaluate)
+        if r == 0:
+            self.seed_labels = list(e.seed_labels)
+
+    def setup(self, evaluate: Evaluate) -> None:
+        self._t0 = time.perf_counter()
+        self._evaluate = evaluate
+        self._start_round(evaluate)
+
+    def _round_over(self) -> bool:
+        b = self._round_budget
+        if b.evaluations is not None and (self.used - self._used0 + self.current.ask_size()
+                                          > b.evaluations):
+            return True
+        if b.generations is not None and self.generation - self._gen0 >= b.generations:
+            return True
+        return b.seconds is not None and time.perf_counter() - self._round_t0 >= b.seconds
+
+    def ask_size(self) -> int:
+        return self.current.ask_size()
+
+    def ask(self) -> Genomes:
+        return self.current.ask()
+
+    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+        self.current.tell(genomes, times)
+        self.generation += 1
+        if len(self.engines) < self.rounds and self._round_over():
+            assert self._evaluate is not None
+            self._start_round(self._evaluate)
+
+    def best(self) -> tuple[Genomes, float]:
+        """The best round's best (the first of equal ones)."""
+        out = [e.best() for e in self.engines]
+        return min(out, key=lambda gt: gt[1])
+
+
 class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
-    Budget: without one, ``evals:max(200000, 12*S*(B-1))`` (:func:`default_evaluations`: the
-    budget grows with the chromosome; at S = 64, B = 1024 doubling it gains 0.78 % stash and
-    1.75 % recompute, results/perf/convergence.md, session 17); any ``--budget`` overrides it.
+    Budget: without one, ``evals:max(12*S*(B-1), min(4000000, 2048000000 // (S*(B-1))))``
+    (:func:`default_evaluations`: at least 12 evaluations per cut bit, and at least the
+    simulation work of 4,000,000 evaluations of a 512-bit chromosome; 4,000,000 on gpt1-14 and
+    vgg16, 785,664 at S = 64, B = 1024, where doubling it gains 0.78 % stash and 1.75 %
+    recompute, results/perf/convergence.md, session 17); any ``--budget`` overrides it.
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
@@ -565,13 +715,16 @@ class TiDGAP(SearchPlanner):
     ``islands=1``),
     ``islands`` (4: populations of ``population / islands`` raced by successive halving; 1: one
     population; used only when each island gets at least :data:`ISLAND_FLOOR`),
-    ``seed_islands`` (true, the default: every island starts from the seed plans; false:
-    islands start from random individuals and the seed plans only bound the result),
-    ``mixed_islands`` (false, the default; true: the first half of the islands start from the
+    ``mixed_islands`` (true, the default: the first half of the islands start from the
     seed plans and the rest from random individuals, and a halving keeps the better half of
     each kind while each kind has two or more: with 4 islands, one of each survives the first
-    halving; it overrides ``seed_islands``; a candidate default, results/perf/quality.md,
-    session 19), ``race``
+    halving; it overrides ``seed_islands``; false: ``seed_islands`` decides),
+    ``seed_islands`` (with ``mixed_islands=false`` only; true: every island starts from the
+    seed plans; false: islands start from random individuals and the seed plans only bound
+    the result), ``restarts`` (rounds: the budget split into this many independent runs, the
+    best wins; ``auto``, the default: :func:`auto_restarts`, as many as give each round at
+    least ``max(1000000, 64*S*(B-1))`` evaluations, at most 4; 1 without an evaluation
+    budget), ``race``
     (0.25: the budget fraction by which one island is left), ``revive`` (the budget fraction
     the last island may go without improving before the best stopped island resumes;
     ``auto``, the default: 0.15 in stash, 0 in recompute, :data:`REVIVE_AUTO`),
@@ -590,17 +743,17 @@ class TiDGAP(SearchPlanner):
     """
 
     name = "tidgap"
-    #: The floor; :meth:`plan` without a budget uses :meth:`budget_for` (grows with S*(B-1)).
-    default_budget = f"evals:{BUDGET_FLOOR}"
+    #: The cap of the work floor; :meth:`plan` without a budget uses :meth:`budget_for`.
+    default_budget = f"evals:{BUDGET_CAP}"
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
                 "patience": 0, "copy_rate": 1.0, "sync_rate": 0.5, "polish": 0.0,
                 "islands": 4, "race": 0.25, "revive": "auto", "seed_islands": True,
-                "mixed_islands": False,
+                "mixed_islands": True, "restarts": "auto",
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
 
     def budget_for(self, problem: Problem) -> str:
-        """The default budget on ``problem``: ``evals:max(200000, 12*S*(B-1))``."""
+        """The default budget on ``problem`` (:func:`default_evaluations`)."""
         return f"evals:{default_evaluations(problem)}"
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
@@ -623,6 +776,7 @@ class TiDGAP(SearchPlanner):
         if s["islands"] < 1:
             raise PlannerError(f"planner {self.name!r}: islands must be >= 1, got "
                                f"{s['islands']}")
+        s["restarts"] = parse_restarts(self.name, s["restarts"])
         if not 0.0 < s["race"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: race must be in (0, 1], got "
                                f"{s['race']}")
@@ -649,6 +803,25 @@ class TiDGAP(SearchPlanner):
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective
                        ) -> SearchAlgorithm:
+        R = settings.get("restarts", 1)
+        R = auto_restarts(problem, budget) if R == "auto" else int(R)
+        if R > 1:
+            first = RestartEngine(lambda b, ss: self._engine(problem, mode, settings, b, ss,
+                                                              objective),
+                                  budget, R, seed)
+            # a round's budget must hold its population: fail at build time, not mid-run
+            try:
+                ga_population(self.name, problem, mode, settings, first._share(0))
+            except PlannerError as exc:
+                raise PlannerError(f"{exc} (restarts={R} gives each round 1/{R} of the "
+                                   "budget)") from None
+            return first
+        return self._engine(problem, mode, settings, budget, seed, objective)
+
+    def _engine(self, problem: Problem, mode: str, settings: dict[str, Any], budget: Budget,
+                seed: int | np.random.SeedSequence | None, objective: Objective
+                ) -> IslandEngine | TiDGAPEngine:
+        """One run: K islands raced, or one population when an island would be too small."""
         P = ga_population(self.name, problem, mode, settings, budget)
         K = int(settings["islands"])
         if K > 1 and P // K >= ISLAND_FLOOR:

@@ -72,6 +72,10 @@ class TunedTiDGAP(Planner):
         self.default_budget = self._inner.default_budget  # type: ignore[misc]
         super().__init__(**self._inner.settings)
 
+    def budget_for(self, problem: Problem) -> str:
+        """The tuned planner's own default budget on ``problem`` (TiDGAP's grows with it)."""
+        return self._inner.budget_for(problem)
+
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
         res = self._inner.plan(problem, mode=mode, budget=budget, seed=seed, progress=progress)
