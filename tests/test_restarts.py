@@ -113,6 +113,9 @@ def test_restarts_keep_the_contract_and_one_seed_gives_one_result():
     assert best == sorted(best, reverse=True)  # best so far never rises across rounds
     assert [r.evaluations for r in a.history] == sorted(r.evaluations for r in a.history)
     assert a.history[-1].evaluations == a.evaluations
+    assert a.settings["restarts"] == 2
+    auto = TiDGAP().plan(PROBLEM, mode="stash", seed=0, budget=BUDGET)
+    assert auto.settings["restarts"] == 1  # auto: 30,000 evaluations buy one round
 
 
 def test_rounds_share_a_generation_budget():

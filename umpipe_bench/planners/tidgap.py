@@ -805,6 +805,7 @@ class TiDGAP(SearchPlanner):
                        ) -> SearchAlgorithm:
         R = settings.get("restarts", 1)
         R = auto_restarts(problem, budget) if R == "auto" else int(R)
+        settings["restarts"] = R  # the result records the rounds run (as the population)
         if R > 1:
             first = RestartEngine(lambda b, ss: self._engine(problem, mode, settings, b, ss,
                                                               objective),
