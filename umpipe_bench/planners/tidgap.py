@@ -47,9 +47,10 @@ family (results/perf/quality.md):
   default budget, 1 at S = 64, B = 1024): a run settles into one basin within about 1,000,000
   evaluations and then stays there (vgg16 stash, seeds 0-2: the same T at 4,000,000 as at
   1,000,000, to 0.03 %), so the budget is split into rounds, each a fresh run from its own
-  random stream, and the best round wins (:class:`RestartEngine`). On vgg16 at 4,000,000
-  evaluations the median gap fell from about +1.1 % / +1.4 % (one run) to +0.8 % / +0.7 %
-  with every seed within 2 % (results/perf/quality.md, session 20);
+  random stream, and the best round wins (:class:`RestartEngine`). On vgg16, seeds 0-9,
+  against the best plans known after session 20, four rounds of 1,000,000 against one run of
+  1,000,000: median gap +1.33 % / +0.68 % (stash / recompute) against +1.58 % / +1.30 %,
+  worst +2.19 % / +1.25 % against +4.03 % / +4.69 % (results/perf/quality.md, session 20);
 * **revival** (``revive``; ``auto``: 15 % of the budget in stash, off in recompute): when the
   last island has not improved for that share of the budget, it retires and the best stopped
   island resumes. On gpt1-14 stash a run that ends in the trap at +2.01 % has its last
@@ -250,7 +251,7 @@ class TiDGAPEngine(SearchAlgorithm):
 
     # ---------------------------------------------------------------- ask/tell hooks
     def setup(self, evaluate: Evaluate) -> None:
-        seeds = self.preset_seeds or self.make_seeds(evaluate)
+        seeds = self.preset_seeds if self.preset_seeds is not None else self.make_seeds(evaluate)
         self.seeds = seeds
         self.populate(seeds, evaluate)
 
@@ -519,7 +520,8 @@ class IslandEngine(SearchAlgorithm):
         self._t0 = time.perf_counter()
         first = self.islands[0]
         # once, counted by the first island (or given: a later restart round)
-        seeds = self.preset_seeds or first.make_seeds(evaluate)
+        seeds = (self.preset_seeds if self.preset_seeds is not None
+                 else first.make_seeds(evaluate))
         full = self.seeds = seeds
         if not self.seed_islands or self.mixed:
             # the seed plans stay out of (some) populations (they take them over: on vgg16 the
