@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--budget", default=None,
                    help="evals:N, gens:N, secs:X or a comma-separated mix (first reached stops); "
-                   "default: the planner's own (tidgap: 4,000,000 evaluations on small "
+                   "default: the planner's own (tidgap: 8,000,000 evaluations on small "
                    "problems, fewer as S*(B-1) grows, at least 12*S*(B-1); docs/ARCHITECTURE.md)")
     p.add_argument("--set", dest="settings", action="append", metavar="KEY=VALUE",
                    help="a planner setting (repeatable)")

@@ -43,14 +43,15 @@ family (results/perf/quality.md):
   the 1F1B-EDP seed leads to the best plans. With both kinds, at 1,000,000 evaluations vgg16's
   median gaps went from +2.2 % (seeded) to +1.14 % / +1.43 % (stash / recompute, 40 seeds) and
   vgg16-cuda kept the seeded plans (results/perf/quality.md, session 19);
-* **restarts** (``restarts``; ``auto``: :func:`auto_restarts`, 4 on gpt1-14 and vgg16 at the
+* **restarts** (``restarts``; ``auto``: :func:`auto_restarts`, 8 on gpt1-14 and vgg16 at the
   default budget, 1 at S = 64, B = 1024): a run settles into one basin within about 1,000,000
   evaluations and then stays there (vgg16 stash, seeds 0-2: the same T at 4,000,000 as at
   1,000,000, to 0.03 %), so the budget is split into rounds, each a fresh run from its own
   random stream, and the best round wins (:class:`RestartEngine`). On vgg16, seeds 0-9,
-  against the best plans known after session 20, four rounds of 1,000,000 against one run of
-  1,000,000: median gap +1.33 % / +0.68 % (stash / recompute) against +1.58 % / +1.30 %,
-  worst +2.19 % / +1.25 % against +4.03 % / +4.69 % (results/perf/quality.md, session 20);
+  against the best plans known after session 20: one run of 1,000,000, median gap +1.58 % /
+  +1.30 % (stash / recompute), worst +4.03 % / +4.69 %; four rounds +1.33 % / +0.68 %, worst
+  +2.19 % / +1.25 %; eight rounds (the default) +0.92 % / +0.50 %, worst +1.55 % / +1.25 %
+  (results/perf/quality.md, session 20);
 * **revival** (``revive``; ``auto``: 15 % of the budget in stash, off in recompute): when the
   last island has not improved for that share of the budget, it retires and the best stopped
   island resumes. On gpt1-14 stash a run that ends in the trap at +2.01 % has its last
@@ -100,20 +101,20 @@ __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_R
 #: TiDGAP's default budget (:func:`default_evaluations`): the larger of ``BUDGET_PER_BIT``
 #: evaluations per cut bit (``12*S*(B-1)``: 785,664 at S = 64, B = 1024, where doubling it gains
 #: under 1 % in stash, results/perf/convergence.md) and a fixed amount of simulation work,
-#: ``BUDGET_WORK / (S*(B-1))`` evaluations (the work of 4,000,000 evaluations of a 512-bit
-#: chromosome, 40-70 s on one core here), at most ``BUDGET_CAP``. On gpt1-14 and vgg16 that is
-#: four restart rounds of about 1,000,000 (:data:`ROUND_FLOOR`); a single run at 4,000,000 ends
+#: ``BUDGET_WORK / (S*(B-1))`` evaluations (the work of 8,000,000 evaluations of a 512-bit
+#: chromosome, about 80 s on one core here), at most ``BUDGET_CAP``. On gpt1-14 and vgg16 that
+#: is eight restart rounds of 1,000,000 (:data:`ROUND_FLOOR`); a single run at 4,000,000 ends
 #: where it ends at 1,000,000 (results/perf/quality.md, session 20).
 BUDGET_PER_BIT = 12
-BUDGET_WORK = 2_048_000_000
-BUDGET_CAP = 4_000_000
+BUDGET_WORK = 4_096_000_000
+BUDGET_CAP = 8_000_000
 #: ``restarts=auto``: as many rounds as the evaluation budget gives each at least
 #: ``max(ROUND_FLOOR, ROUND_PER_BIT*S*(B-1))`` evaluations, at most ``MAX_RESTARTS``. A vgg16
 #: run converges within about 1,000,000; at S = 64, B = 1024 a run is still improving at
 #: 3,000,000 (results/perf/convergence.md), so rounds there would only cut it short.
 ROUND_FLOOR = 1_000_000
 ROUND_PER_BIT = 64
-MAX_RESTARTS = 4
+MAX_RESTARTS = 8
 #: The smallest island population: a run whose population (:func:`.ga.population_size`)
 #: would give each of the ``islands`` fewer individuals runs as one population (at S = 64,
 #: B = 1024 the default budget buys a population of 128, which needs every individual).
@@ -700,9 +701,9 @@ class RestartEngine(SearchAlgorithm):
 class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
-    Budget: without one, ``evals:max(12*S*(B-1), min(4000000, 2048000000 // (S*(B-1))))``
+    Budget: without one, ``evals:max(12*S*(B-1), min(8000000, 4096000000 // (S*(B-1))))``
     (:func:`default_evaluations`: at least 12 evaluations per cut bit, and at least the
-    simulation work of 4,000,000 evaluations of a 512-bit chromosome; 4,000,000 on gpt1-14 and
+    simulation work of 8,000,000 evaluations of a 512-bit chromosome; 8,000,000 on gpt1-14 and
     vgg16, 785,664 at S = 64, B = 1024, where doubling it gains 0.78 % stash and 1.75 %
     recompute, results/perf/convergence.md, session 17); any ``--budget`` overrides it.
 
@@ -725,7 +726,7 @@ class TiDGAP(SearchPlanner):
     seed plans; false: islands start from random individuals and the seed plans only bound
     the result), ``restarts`` (rounds: the budget split into this many independent runs, the
     best wins; ``auto``, the default: :func:`auto_restarts`, as many as give each round at
-    least ``max(1000000, 64*S*(B-1))`` evaluations, at most 4; 1 without an evaluation
+    least ``max(1000000, 64*S*(B-1))`` evaluations, at most 8; 1 without an evaluation
     budget), ``race``
     (0.25: the budget fraction by which one island is left), ``revive`` (the budget fraction
     the last island may go without improving before the best stopped island resumes;
