@@ -18,6 +18,20 @@ PROBLEM = synthetic_problem(4, 16, 0)
 BUDGET = "evals:30000"
 
 
+@pytest.fixture
+def made(monkeypatch):
+    """The engines whose ``make_seeds`` ran (the seed plans made and evaluated)."""
+    engines = []
+    original = TiDGAPEngine.make_seeds
+
+    def counting(self, evaluate):
+        engines.append(self)
+        return original(self, evaluate)
+
+    monkeypatch.setattr(TiDGAPEngine, "make_seeds", counting)
+    return engines
+
+
 def _fresh(ss: np.random.SeedSequence) -> np.random.SeedSequence:
     """The same stream, not yet spawned from (``spawn`` advances a SeedSequence)."""
     return np.random.SeedSequence(ss.entropy, spawn_key=ss.spawn_key, pool_size=ss.pool_size)
@@ -34,15 +48,7 @@ def _run(planner: TiDGAP, mode: str, budget: str = BUDGET, seed: int = 0):
 
 
 @pytest.mark.parametrize("mode", ["stash", "recompute"])
-def test_each_round_is_the_run_it_would_be_alone(mode, monkeypatch):
-    made = []
-    original = TiDGAPEngine.make_seeds
-
-    def counting(self, evaluate):
-        made.append(self)
-        return original(self, evaluate)
-
-    monkeypatch.setattr(TiDGAPEngine, "make_seeds", counting)
+def test_each_round_is_the_run_it_would_be_alone(mode, made):
     planner = TiDGAP(restarts=3, islands=1)
     algo, loop, objective, s = _run(planner, mode)
     assert isinstance(algo, RestartEngine) and len(algo.engines) == 3
@@ -72,17 +78,9 @@ def test_each_round_is_the_run_it_would_be_alone(mode, monkeypatch):
     assert not np.array_equal(algo.engines[0].pop_f, algo.engines[1].pop_f)
 
 
-def test_island_rounds_are_the_runs_they_would_be_alone(monkeypatch):
+def test_island_rounds_are_the_runs_they_would_be_alone(made):
     """Rounds of raced islands (the default on gpt1-14 and vgg16): the seed plans are made once
     and given to the later rounds' islands, and each round replays alone."""
-    made = []
-    original = TiDGAPEngine.make_seeds
-
-    def counting(self, evaluate):
-        made.append(self)
-        return original(self, evaluate)
-
-    monkeypatch.setattr(TiDGAPEngine, "make_seeds", counting)
     planner = TiDGAP(restarts=2, population=512)
     algo, loop, objective, s = _run(planner, "recompute", budget="evals:240000")
     assert [type(e).__name__ for e in algo.engines] == ["IslandEngine", "IslandEngine"]
