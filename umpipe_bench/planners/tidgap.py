@@ -622,7 +622,7 @@ class RestartEngine(SearchAlgorithm):
         self._used0 = 0  # evaluations before the current round
         self._gen0 = 0  # generations before the current round
         self.generation = 0
-        self._t0 = time.perf_counter()
+        self._round_t0 = time.perf_counter()  # when the current round began (seconds share)
         self.seed_labels: list[str] = []
 
     def _share(self, r: int) -> Budget:
@@ -666,7 +666,6 @@ class RestartEngine(SearchAlgorithm):
             self.seed_labels = list(e.seed_labels)
 
     def setup(self, evaluate: Evaluate) -> None:
-        self._t0 = time.perf_counter()
         self._evaluate = evaluate
         self._start_round(evaluate)
 
