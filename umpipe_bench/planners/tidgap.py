@@ -619,11 +619,8 @@ class RestartEngine(SearchAlgorithm):
         self.streams = np.random.SeedSequence(seed).spawn(rounds)
         self.engines: list[IslandEngine | TiDGAPEngine] = []
         self._evaluate: Evaluate | None = None
-        self._used0 = 0  # evaluations before the current round
-        self._gen0 = 0  # generations before the current round
         self.generation = 0
         self._round_t0 = time.perf_counter()  # when the current round began (seconds share)
-        self.seed_labels: list[str] = []
 
     def _share(self, r: int) -> Budget:
         """Round ``r``'s budget: an equal share, the last round everything left."""
@@ -655,15 +652,12 @@ class RestartEngine(SearchAlgorithm):
     def _start_round(self, evaluate: Evaluate) -> None:
         r = len(self.engines)
         self._round_budget = self._share(r)
-        self._used0, self._gen0 = self.used, self.generation
         self._round_t0 = time.perf_counter()
         e = self.build(self._round_budget, self.streams[r])
         if self.engines:
             e.preset_seeds = self.engines[0].seeds
         self.engines.append(e)
         e.setup(evaluate)
-        if r == 0:
-            self.seed_labels = list(e.seed_labels)
 
     def setup(self, evaluate: Evaluate) -> None:
         self._evaluate = evaluate
@@ -671,10 +665,10 @@ class RestartEngine(SearchAlgorithm):
 
     def _round_over(self) -> bool:
         b = self._round_budget
-        if b.evaluations is not None and (self.used - self._used0 + self.current.ask_size()
-                                          > b.evaluations):
+        e = self.current  # each round counts its own evaluations and generations
+        if b.evaluations is not None and e.used + e.ask_size() > b.evaluations:
             return True
-        if b.generations is not None and self.generation - self._gen0 >= b.generations:
+        if b.generations is not None and e.generation >= b.generations:
             return True
         return b.seconds is not None and time.perf_counter() - self._round_t0 >= b.seconds
 
