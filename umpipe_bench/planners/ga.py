@@ -86,19 +86,21 @@ def check_schedule_setting(planner: str, settings: dict[str, Any]) -> None:
 
 
 def ga_population(planner: str, problem: Problem, mode: str, settings: dict[str, Any],
-                  budget: Budget) -> int:
-    """:func:`population_size` with the schedule family's extra seeds counted, recorded in
+                  budget: Budget, descent: int = 0) -> int:
+    """:func:`population_size` with the schedule family's extra seeds and the stage descent's
+    allowance (``descent`` evaluations, :mod:`.descent`) counted, recorded in
     ``settings["population"]``."""
     from .caps import extra_family_seeds
 
     extra = extra_family_seeds(problem, mode) if settings["schedule"] == "family" else 0
-    P = population_size(planner, problem, settings, budget, extra_seeds=extra)
+    P = population_size(planner, problem, settings, budget, extra_seeds=extra,
+                        descent=descent)
     settings["population"] = P
     return P
 
 
 def population_size(planner: str, problem: Problem, settings: dict[str, Any],
-                    budget: Budget, extra_seeds: int = 0) -> int:
+                    budget: Budget, extra_seeds: int = 0, descent: int = 0) -> int:
     """The population, capped so the seeding phase fits an evaluation budget.
 
     The population is ``population`` or fewer (see :data:`AUTO_GENERATIONS`). The smallest
@@ -110,7 +112,8 @@ def population_size(planner: str, problem: Problem, settings: dict[str, Any],
         return max(P, min_population(settings))
     gens = AUTO_GENERATIONS * max(1.0, problem.S * (problem.B - 1) / AUTO_BITS)
     P = min(P, max(min(P, AUTO_FLOOR), int(budget.evaluations / gens)))
-    seeding = seeding_evaluations(problem.B, bool(settings["greedy_seeds"])) + extra_seeds
+    seeding = (seeding_evaluations(problem.B, bool(settings["greedy_seeds"])) + extra_seeds
+               + descent)
     least = min_population(settings)
     room = budget.evaluations - seeding
     if room < least:
@@ -119,6 +122,7 @@ def population_size(planner: str, problem: Problem, settings: dict[str, Any],
             f"{problem.name!r}: seeding scans EDP(M) for all M (B={problem.B})"
             f"{' plus the 2 greedy plans' if settings['greedy_seeds'] else ''}"
             f"{f' plus {extra_seeds} 1F1B-EDP seeds of the schedule family' if extra_seeds else ''}"
+            f"{f' plus up to {descent} for the stage descent' if descent else ''}"
             ", then needs a "
             f"population of at least {least}; use at least evals:{seeding + least}")
     return max(min(P, room), least)

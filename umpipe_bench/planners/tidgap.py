@@ -1,7 +1,8 @@
 """TiDGAP: DGAP's search with both levels of the paper's acceleration (docs/MODEL.md §4).
 
-Same encoding, seeding, operator distributions, elitism and budget accounting as
-:mod:`.dgap`; what changes is how a generation is computed:
+Same encoding, seeding (plus one seed plan of its own, the stage descent below), operator
+distributions, elitism and budget accounting as :mod:`.dgap`; what changes is how a generation
+is computed:
 
 * **evaluation**: the changed offspring of a whole generation are evaluated in one call of
   the objective (:class:`.objective.CutBitsObjective`: all individuals and all microbatches at
@@ -58,6 +59,16 @@ family (results/perf/quality.md):
   improvement at a quarter to a half of the budget; with revival the seeds within 2 % of the
   best plan rose from 54 to 72 of 80 (seeds 0-79), vgg16 stash unchanged.
 
+* **stage descent** (``descent``, true): before the search, one more seed plan, made from the
+  best seed plan by coordinate descent over per-stage equal splits and caps
+  (:mod:`.descent`; at most :data:`.descent.DESCENT_SHARE` of an evaluation budget, and only
+  when that pays for one whole sweep). The GA moves one cut bit at a time, so on a long
+  chromosome it cannot change how many microbatches a stage uses; the descent moves whole
+  stages. At S = 64, B = 1024 (seed 0, default budget) T fell from 73.29 to 69.07 in
+  recompute and from 54.43 to 53.60 in stash, and doubling the budget now gains 0.14 % /
+  1.00 % (1.75 % / 0.78 % before); on sim-s32-b256-s0 from 9.358 to 8.636 / 7.174 to 6.766
+  (results/perf/convergence.md, session 21).
+
 Optionally, when the best has not improved for
 ``patience`` generations, the next generation is a *local* one: every offspring is the best
 individual plus one random move (a flip or a boundary shift; :func:`._variation.vary`), a
@@ -84,6 +95,7 @@ import numpy as np
 from ..problem import Problem
 from .base import Budget, PlannerError
 from .caps import clamp_caps, memory_cap_limits, random_caps
+from .descent import add_descent_seed, descent_allowance
 from .encoding import random_bits
 from .evaluator import BACKENDS
 from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
@@ -199,6 +211,7 @@ class TiDGAPEngine(SearchAlgorithm):
         self.polish_from = (None if evaluations is None or polish <= 0
                             else evaluations * (1.0 - polish))
         self.polishing = False
+        self.budget_evaluations = evaluations  # the stage descent's allowance is a share
         self.used = 0  # evaluations this engine asked for (setup and generations)
         self._nc = 0
         s = settings
@@ -263,13 +276,17 @@ class TiDGAPEngine(SearchAlgorithm):
         return counted
 
     def make_seeds(self, evaluate: Evaluate) -> Seeds:
-        """The seed plans (EDP scans, greedy plans, the family's 1F1B-EDP plans), evaluated."""
+        """The seed plans (EDP scans, greedy plans, the family's 1F1B-EDP plans and the stage
+        descent from the best of them), evaluated, best first."""
         s = self.settings
         evaluate = self._counting(evaluate)
         seeds = seed_plans(self.problem, self.mode, self._bits_eval(evaluate),
                            int(s["edp_seeds"]), bool(s["greedy_seeds"]))
         if self.family:
             seeds = add_family_seeds(self.problem, self.mode, seeds, evaluate)
+        allowance = descent_allowance(self.problem, self.mode, s, self.budget_evaluations)
+        if allowance != 0 and len(seeds.labels):
+            seeds = add_descent_seed(seeds, evaluate, self.mode, allowance, self.cap_limits)
         return seeds
 
     def populate(self, seeds: Seeds, evaluate: Evaluate) -> None:
@@ -724,6 +741,9 @@ class TiDGAP(SearchPlanner):
     (0.25: the budget fraction by which one island is left), ``revive`` (the budget fraction
     the last island may go without improving before the best stopped island resumes;
     ``auto``, the default: 0.15 in stash, 0 in recompute, :data:`REVIVE_AUTO`),
+    ``descent`` (true, the default: add the stage descent from the best seed plan to the
+    seed plans, :mod:`.descent`, at most 10 % of an evaluation budget and only when that pays
+    for one sweep; false: the seed plans DGAP uses),
     ``sync_rate`` (recompute: probability that a mutated offspring also gives one stage's
     backward partition its forward one or the reverse; 0.5),
     ``copy_rate``
@@ -744,7 +764,7 @@ class TiDGAP(SearchPlanner):
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
                 "patience": 0, "copy_rate": 1.0, "sync_rate": 0.5, "polish": 0.0,
                 "islands": 4, "race": 0.25, "revive": "auto", "seed_islands": True,
-                "mixed_islands": True, "restarts": "auto",
+                "mixed_islands": True, "restarts": "auto", "descent": True,
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
                 "cap_rate": 1.0}
 
@@ -808,7 +828,10 @@ class TiDGAP(SearchPlanner):
                                   budget, R, seed)
             # a round's budget must hold its population: fail at build time, not mid-run
             try:
-                ga_population(self.name, problem, mode, settings, first._share(0))
+                share = first._share(0)
+                ga_population(self.name, problem, mode, settings, share,
+                              descent_allowance(problem, mode, settings, share.evaluations)
+                              or 0)
             except PlannerError as exc:
                 raise PlannerError(f"{exc} (restarts={R} gives each round 1/{R} of the "
                                    "budget)") from None
@@ -819,7 +842,8 @@ class TiDGAP(SearchPlanner):
                 seed: int | np.random.SeedSequence | None, objective: Objective
                 ) -> IslandEngine | TiDGAPEngine:
         """One run: K islands raced, or one population when an island would be too small."""
-        P = ga_population(self.name, problem, mode, settings, budget)
+        P = ga_population(self.name, problem, mode, settings, budget,
+                          descent_allowance(problem, mode, settings, budget.evaluations) or 0)
         K = int(settings["islands"])
         if K > 1 and P // K >= ISLAND_FLOOR:
             return IslandEngine(problem, mode, settings, P, seed, objective, budget, K,
