@@ -41,7 +41,7 @@ __all__ = ["CAP_FACTORS", "DESCENT_SHARE", "MAX_SWEEPS", "MIN_GAIN", "Descent",
 
 #: A search spends at most this share of its evaluation budget on the descent, and runs it
 #: only when that share pays for one whole sweep (:func:`descent_allowance`).
-DESCENT_SHARE = 0.1
+DESCENT_SHARE = 0.25
 
 #: A stage's cap candidates: the current cap times these (rounded, clamped to 1..B), and B.
 CAP_FACTORS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.1, 1.25, 1.5, 2.0, 4.0)
