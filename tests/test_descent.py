@@ -141,8 +141,8 @@ def test_tidgap_seeds_from_the_descent_within_its_budget(mode):
 
 def test_a_budget_too_small_for_a_sweep_runs_as_without_descent():
     problem = synthetic_problem(8, 64, 0)
-    budget = "evals:2000"  # a quarter is below one sweep (8 stages x (64 + 11))
-    assert 2000 * DESCENT_SHARE < sweep_cost(8, 64, "stash", True)
+    budget = "evals:5000"  # 10 % is below one sweep (8 stages x (64 + 11))
+    assert 5000 * DESCENT_SHARE < sweep_cost(8, 64, "stash", True)
     a = TiDGAP(islands=1, restarts=1).plan(problem, mode="stash", seed=4, budget=budget)
     b = TiDGAP(islands=1, restarts=1, descent=False).plan(problem, mode="stash", seed=4,
                                                           budget=budget)

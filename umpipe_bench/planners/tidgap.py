@@ -742,7 +742,7 @@ class TiDGAP(SearchPlanner):
     the last island may go without improving before the best stopped island resumes;
     ``auto``, the default: 0.15 in stash, 0 in recompute, :data:`REVIVE_AUTO`),
     ``descent`` (true, the default: add the stage descent from the best seed plan to the
-    seed plans, :mod:`.descent`, at most a quarter of an evaluation budget and only when that pays
+    seed plans, :mod:`.descent`, at most 10 % of an evaluation budget and only when that pays
     for one sweep; false: the seed plans DGAP uses),
     ``sync_rate`` (recompute: probability that a mutated offspring also gives one stage's
     backward partition its forward one or the reverse; 0.5),
