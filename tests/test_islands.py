@@ -191,17 +191,24 @@ def test_a_result_is_never_worse_than_the_seed_plans(mode):
 
 @pytest.mark.parametrize("mode", ["stash", "recompute"])
 def test_mixed_islands_seed_half_and_keep_one_of_each_kind_at_the_first_halving(mode):
-    """``mixed_islands``: islands 0-1 hold every seed plan, islands 2-3 none; the first
-    halving keeps the best island of each kind, the second the better of those two."""
+    """``mixed_islands``: island 1 holds every seed plan, island 0 every one but the stage
+    descent's, islands 2-3 none; the first halving keeps the best island of each kind, the
+    second the better of those two."""
     planner = TiDGAP(population=512, mixed_islands=True, race=0.5, revive=0)
     algo, objective, budget = _algorithm(planner, mode)
     loop = SearchLoop(objective, Termination(budget))
     algo.setup(loop.evaluate)
     assert algo.used == loop.evaluations and algo._seeds is not None
+    made = algo._seeds.labels[0] == "descent"  # stash here: the descent finds nothing better
+    assert made == (mode == "recompute")
     seeds = _rows(algo._seeds.fbits, algo._seeds.caps)
+    descent = _rows(algo._seeds.fbits[:1], algo._seeds.caps[:1]) if made else set()
     for i, e in enumerate(algo.islands):
         held = _rows(e.pop_f, e.pop_k)
-        assert (seeds <= held) if i < 2 else not (seeds & held)
+        if i == 0:
+            assert seeds - descent <= held and not (descent & held)
+        else:
+            assert (seeds <= held) if i < 2 else not (seeds & held)
     seen = []
     while not loop.termination.reached(loop.evaluations, 0, 0.0, algo.ask_size()):
         before = list(algo.active)

@@ -37,7 +37,7 @@ from .seeding import Seeds
 
 __all__ = ["CAP_FACTORS", "DESCENT_SHARE", "MAX_SWEEPS", "MIN_GAIN", "Descent",
            "add_descent_seed", "descent_allowance", "descent_counts", "stage_descent",
-           "sweep_cost"]
+           "sweep_cost", "without_descent"]
 
 #: A search spends at most this share of its evaluation budget on the descent, and runs it
 #: only when that share pays for one whole sweep (:func:`descent_allowance`). At the default
@@ -197,3 +197,11 @@ def add_descent_seed(seeds: Seeds, evaluate: Callable[[Genomes], np.ndarray], mo
         labels=["descent", *seeds.labels],
         caps=None if seeds.caps is None else np.concatenate([d.caps[None], seeds.caps]),
     )
+
+
+def without_descent(seeds: Seeds) -> Seeds:
+    """``seeds`` without the stage descent's plan (the first seed, when labelled so)."""
+    if not seeds.labels or seeds.labels[0] != "descent":
+        return seeds
+    return replace(seeds, fbits=seeds.fbits[1:], bbits=seeds.bbits[1:], times=seeds.times[1:],
+                   labels=seeds.labels[1:], caps=None if seeds.caps is None else seeds.caps[1:])

@@ -95,7 +95,7 @@ import numpy as np
 from ..problem import Problem
 from .base import Budget, PlannerError
 from .caps import clamp_caps, memory_cap_limits, random_caps
-from .descent import add_descent_seed, descent_allowance
+from .descent import add_descent_seed, descent_allowance, without_descent
 from .encoding import random_bits
 from .evaluator import BACKENDS
 from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
@@ -548,7 +548,7 @@ class IslandEngine(SearchAlgorithm):
             seeds = Seeds(seeds.fbits[:0], seeds.bbits[:0], seeds.times[:0], [], 0,
                           None if seeds.caps is None else seeds.caps[:0])
         for i, e in enumerate(self.islands):
-            e.populate(full if self.mixed and i < self._half else seeds, evaluate)
+            e.populate(self._island_seeds(i, full, seeds), evaluate)
         self.seed_labels = first.seed_labels
 
     def ask_size(self) -> int:
@@ -585,6 +585,16 @@ class IslandEngine(SearchAlgorithm):
                 if rest:
                     self.retired.add(i)
                     self.active = [min(rest, key=lambda j: self._key(self.islands[j]))]
+
+    def _island_seeds(self, i: int, full: Seeds, seeds: Seeds) -> Seeds:
+        """The seed plans island ``i`` starts from. With two or more seeded islands the first
+        one starts without the stage descent's plan (:mod:`.descent`): a plan that much
+        better takes a population over, so one seeded island keeps the EDP/greedy start."""
+        if not (self.mixed and i < self._half):
+            return seeds
+        if i == 0 and self._half >= 2 and full.labels and full.labels[0] == "descent":
+            return without_descent(full)
+        return full
 
     @property
     def _half(self) -> int:
