@@ -65,9 +65,12 @@ family (results/perf/quality.md):
   when that pays for one whole sweep). The GA moves one cut bit at a time, so on a long
   chromosome it cannot change how many microbatches a stage uses; the descent moves whole
   stages. At S = 64, B = 1024 (seed 0, default budget) T fell from 73.29 to 69.07 in
-  recompute and from 54.43 to 53.60 in stash, and doubling the budget now gains 0.14 % /
-  1.00 % (1.75 % / 0.78 % before); on sim-s32-b256-s0 from 9.358 to 8.636 / 7.174 to 6.766
-  (results/perf/convergence.md, session 21).
+  recompute and from 54.43 to 53.60 in stash, and doubling the budget now gains a median
+  0.14 % / 0.28 % over seeds 0-2 (1.75 % / 0.78 % before, seed 0); on sim-s32-b256-s0 from
+  9.358 to 8.636 / 7.174 to 6.766 (results/perf/convergence.md, session 21). With two or more
+  seeded islands the first starts without the descent's plan, which takes a population
+  over: on gpt1-14 stash the median evaluations to within 0.5 % of the best plan were
+  413,236 with it in every seeded island, 137,765 so, 137,112 without the descent.
 
 Optionally, when the best has not improved for
 ``patience`` generations, the next generation is a *local* one: every offspring is the best
@@ -111,8 +114,9 @@ __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_R
            "parse_revive"]
 
 #: TiDGAP's default budget (:func:`default_evaluations`): the larger of ``BUDGET_PER_BIT``
-#: evaluations per cut bit (``12*S*(B-1)``: 785,664 at S = 64, B = 1024, where doubling it gains
-#: under 1 % in stash, results/perf/convergence.md) and a fixed amount of simulation work,
+#: evaluations per cut bit (``12*S*(B-1)``: 785,664 at S = 64, B = 1024, where, with the stage
+#: descent, doubling it gains a median 0.28 % stash / 0.14 % recompute over seeds 0-2,
+#: results/perf/convergence.md) and a fixed amount of simulation work,
 #: ``BUDGET_WORK / (S*(B-1))`` evaluations (the work of 8,000,000 evaluations of a 512-bit
 #: chromosome, about 80 s on one core here), at most ``BUDGET_CAP``. On gpt1-14 and vgg16 that
 #: is eight restart rounds of 1,000,000 (:data:`ROUND_FLOOR`); a single run at 4,000,000 ends
@@ -123,7 +127,8 @@ BUDGET_CAP = 8_000_000
 #: ``restarts=auto``: as many rounds as the evaluation budget gives each at least
 #: ``max(ROUND_FLOOR, ROUND_PER_BIT*S*(B-1))`` evaluations, at most ``MAX_RESTARTS``. A vgg16
 #: run converges within about 1,000,000; at S = 64, B = 1024 a run is still improving at
-#: 3,000,000 (results/perf/convergence.md), so rounds there would only cut it short.
+#: 3,000,000 (without the stage descent; results/perf/convergence.md), so rounds there would
+#: only cut it short.
 ROUND_FLOOR = 1_000_000
 ROUND_PER_BIT = 64
 MAX_RESTARTS = 8
@@ -724,8 +729,9 @@ class TiDGAP(SearchPlanner):
     Budget: without one, ``evals:max(12*S*(B-1), min(8000000, 4096000000 // (S*(B-1))))``
     (:func:`default_evaluations`: at least 12 evaluations per cut bit, and at least the
     simulation work of 8,000,000 evaluations of a 512-bit chromosome; 8,000,000 on gpt1-14 and
-    vgg16, 785,664 at S = 64, B = 1024, where doubling it gains 0.78 % stash and 1.75 %
-    recompute, results/perf/convergence.md, session 17); any ``--budget`` overrides it.
+    vgg16, 785,664 at S = 64, B = 1024, where doubling it gains a median 0.28 % stash and
+    0.14 % recompute over seeds 0-2, results/perf/convergence.md, session 21); any
+    ``--budget`` overrides it.
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
