@@ -18,8 +18,8 @@ stage; sweeps repeat until one gains less than :data:`MIN_GAIN` (relative) or th
 allowance is spent. There is no randomness: one problem and starting plan, one result.
 
 On ``sim-s64-b1024-s0`` it takes the best seed (1F1B-EDP(8): 96.12 recompute, 74.92 stash) to
-71.33 / 55.10 in about 59,000 / 21,000 evaluations, where TiDGAP alone was at 73.29 / 54.43
-after 785,664 evaluations (results/perf/convergence.md, session 21).
+71.47 / 55.59 in 71,435 / 26,389 evaluations (7 / 5 sweeps), where TiDGAP alone was at 73.29 /
+54.43 after 785,664 evaluations (results/perf/convergence.md, session 21).
 """
 
 from __future__ import annotations

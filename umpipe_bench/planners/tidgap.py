@@ -597,9 +597,7 @@ class IslandEngine(SearchAlgorithm):
         better takes a population over, so one seeded island keeps the EDP/greedy start."""
         if not (self.mixed and i < self._half):
             return seeds
-        if i == 0 and self._half >= 2 and full.labels and full.labels[0] == "descent":
-            return without_descent(full)
-        return full
+        return without_descent(full) if i == 0 and self._half >= 2 else full
 
     @property
     def _half(self) -> int:
