@@ -66,7 +66,7 @@ family (results/perf/quality.md):
   chromosome it cannot change how many microbatches a stage uses; the descent moves whole
   stages. At S = 64, B = 1024 (seed 0, default budget) T fell from 73.29 to 69.07 in
   recompute and from 54.43 to 53.60 in stash, and doubling the budget now gains a median
-  0.14 % / 0.28 % over seeds 0-2 (1.75 % / 0.78 % before, seed 0); on sim-s32-b256-s0 from
+  0.14 % / 0.28 % over seeds 0-4 (1.75 % / 0.78 % before, seed 0); on sim-s32-b256-s0 from
   9.358 to 8.636 / 7.174 to 6.766 (results/perf/convergence.md, session 21). With two or more
   seeded islands the first starts without the descent's plan, which takes a population
   over: on gpt1-14 stash the median evaluations to within 0.5 % of the best plan were
@@ -115,7 +115,7 @@ __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_R
 
 #: TiDGAP's default budget (:func:`default_evaluations`): the larger of ``BUDGET_PER_BIT``
 #: evaluations per cut bit (``12*S*(B-1)``: 785,664 at S = 64, B = 1024, where, with the stage
-#: descent, doubling it gains a median 0.28 % stash / 0.14 % recompute over seeds 0-2,
+#: descent, doubling it gains a median 0.28 % stash / 0.14 % recompute over seeds 0-4,
 #: results/perf/convergence.md) and a fixed amount of simulation work,
 #: ``BUDGET_WORK / (S*(B-1))`` evaluations (the work of 8,000,000 evaluations of a 512-bit
 #: chromosome, about 80 s on one core here), at most ``BUDGET_CAP``. On gpt1-14 and vgg16 that
@@ -728,7 +728,7 @@ class TiDGAP(SearchPlanner):
     (:func:`default_evaluations`: at least 12 evaluations per cut bit, and at least the
     simulation work of 8,000,000 evaluations of a 512-bit chromosome; 8,000,000 on gpt1-14 and
     vgg16, 785,664 at S = 64, B = 1024, where doubling it gains a median 0.28 % stash and
-    0.14 % recompute over seeds 0-2, results/perf/convergence.md, session 21); any
+    0.14 % recompute over seeds 0-4, results/perf/convergence.md, session 21); any
     ``--budget`` overrides it.
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
