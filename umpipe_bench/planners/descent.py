@@ -119,12 +119,19 @@ def stage_descent(
     best, used, sweeps = float(time), 0, 0
     room = np.inf if max_evaluations is None else max_evaluations
 
+    def copies(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``n`` copies of the current genome (stash: the backward is the forward)."""
+        F = np.repeat(f[None], n, axis=0)
+        Bb = np.repeat(b[None], n, axis=0) if recompute else F
+        return F, Bb, None if k is None else np.repeat(k[None], n, axis=0)
+
     def trial(F: np.ndarray, Bb: np.ndarray, K: np.ndarray | None) -> bool:
+        """Evaluate the candidates and move to the best if faster; False: over the allowance."""
         nonlocal best, f, b, k, used
         n = len(F)
         if used + n > room:
             return False
-        t = np.asarray(evaluate(Genomes(F, Bb if recompute else F, K)), dtype=np.float64)
+        t = np.asarray(evaluate(Genomes(F, Bb, K)), dtype=np.float64)
         used += n
         i = int(np.argmin(t))
         if t[i] < best:
@@ -138,10 +145,8 @@ def stage_descent(
         start = best
         for s in range(S):
             for part in ("f", "b") if recompute else ("f",):
-                F = np.repeat(f[None], len(counts), axis=0)
-                Bb = np.repeat(b[None], len(counts), axis=0) if recompute else F
+                F, Bb, K = copies(len(counts))
                 (F if part == "f" else Bb)[:, s] = rows
-                K = None if k is None else np.repeat(k[None], len(counts), axis=0)
                 if not trial(F, Bb, K):
                     return Descent(f, b, k, best, used, sweeps)
             if k is not None:
@@ -151,10 +156,8 @@ def stage_descent(
                     cand = np.unique(np.minimum(cand, cap_limits[s]))
                 cand = cand[cand != k[s]]
                 if len(cand):
-                    K = np.repeat(k[None], len(cand), axis=0)
-                    K[:, s] = cand
-                    F = np.repeat(f[None], len(cand), axis=0)
-                    Bb = np.repeat(b[None], len(cand), axis=0) if recompute else F
+                    F, Bb, K = copies(len(cand))
+                    K[:, s] = cand  # type: ignore[index]
                     if not trial(F, Bb, K):
                         return Descent(f, b, k, best, used, sweeps)
         sweeps += 1
