@@ -29,6 +29,7 @@ from .errors import UmpipeError
 __all__ = [
     "BWD_FAR_RANGE",
     "SCHEMA",
+    "SPLIT_KINDS",
     "Link",
     "Problem",
     "ProblemError",
@@ -40,6 +41,9 @@ __all__ = [
 
 SCHEMA = "umpipe-problem/1"
 _COST_KINDS = ("fwd", "bwd", "rbwd")
+#: the optional split-backward tables (docs/MODEL.md §1c): input-gradient pass in stash mode,
+#: recompute-forward + input-gradient pass in recompute mode, weight-gradient pass
+SPLIT_KINDS = ("ibwd", "ribwd", "wbwd")
 #: the range a stage's backward locality factor ``bwd_far`` may take (docs/MODEL.md §1b)
 BWD_FAR_RANGE = (0.25, 4.0)
 
@@ -78,6 +82,9 @@ class StageMemory:
     input_bytes_per_sample: float
     #: the stage's device memory (bytes) when known: a cap for planning (docs/SCHEDULES.md §4)
     capacity_bytes: float | None = None
+    #: bytes per sample a microbatch still holds between its input-gradient pass and its
+    #: weight-gradient pass (docs/MODEL.md §1c); None: not measured (taken as all saved bytes)
+    w_held_bytes_per_sample: float | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,12 @@ class StageCosts:
     #: far/near ratio of a stash backward whose forward did not run just before it
     #: (docs/MODEL.md §1b); None: not profiled, the factor 1
     bwd_far: float | None = None
+    #: split backward (docs/MODEL.md §1c), one value per size each, or None when not profiled:
+    #: ``ibwd`` input-gradient pass (stash), ``ribwd`` recompute forward + input-gradient pass
+    #: (recompute), ``wbwd`` weight-gradient pass (both modes)
+    ibwd: tuple[float, ...] | None = None
+    ribwd: tuple[float, ...] | None = None
+    wbwd: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +145,17 @@ class ProblemTables:
     act: np.ndarray
     grad: np.ndarray
     bwd_far: np.ndarray
+    #: split backward tables ``[S, B+1]`` (docs/MODEL.md §1c); None when the problem has none
+    ibwd: np.ndarray | None = None
+    ribwd: np.ndarray | None = None
+    wbwd: np.ndarray | None = None
+
+    def input_backward(self, mode: str) -> np.ndarray:
+        """The input-gradient pass table of a memory mode (``ibwd`` or ``ribwd``)."""
+        table = self.ibwd if mode == "stash" else self.ribwd
+        if table is None:
+            raise ProblemError("the problem has no split-backward costs (ibwd/ribwd/wbwd)")
+        return table
 
     def backward(self, mode: str) -> np.ndarray:
         """The (near) backward cost table of a memory mode: ``bwd`` (stash) or ``rbwd``
@@ -195,10 +219,21 @@ class Problem:
             grad[s, 1:] = ln.latency + m[1:] * ln.grad_bytes / ln.bandwidth
         far = np.array([self.far_factor(s) for s in range(self.S)], dtype=np.float64)
         bwd_far = bwd * far[:, None]  # factor 1.0: exactly bwd
-        for arr in (fwd, bwd, rbwd, opt, act, grad, bwd_far):
-            arr.setflags(write=False)
+        split: dict[str, np.ndarray | None] = dict.fromkeys(SPLIT_KINDS)
+        if self.has_split_backward:
+            for kind in SPLIT_KINDS:
+                split[kind] = np.stack([_interp_table(self.sizes, getattr(st, kind), B)
+                                        for st in self.stages])
+        for arr in (fwd, bwd, rbwd, opt, act, grad, bwd_far, *split.values()):
+            if arr is not None:
+                arr.setflags(write=False)
         return ProblemTables(fwd=fwd, bwd=bwd, rbwd=rbwd, opt=opt, act=act, grad=grad,
-                             bwd_far=bwd_far)
+                             bwd_far=bwd_far, **split)
+
+    @property
+    def has_split_backward(self) -> bool:
+        """Whether every stage carries the split-backward tables (docs/MODEL.md §1c)."""
+        return all(st.ibwd is not None for st in self.stages)
 
     def tables(self) -> ProblemTables:
         """Dense read-only tables over ``m = 0..B`` (computed once per problem)."""
@@ -305,6 +340,8 @@ class Problem:
             fail(f"field 'sizes' must cover 1..B={self.B} (first 1, last B), got {sizes}")
         if not self.stages:
             fail("field 'stages' is empty; expected at least one stage")
+        if 0 < sum(st.ibwd is not None for st in self.stages) < self.S:
+            fail("split-backward fields (ibwd/ribwd/wbwd) must be given for every stage or none")
         for s, st in enumerate(self.stages):
             for kind in _COST_KINDS:
                 vals = getattr(st, kind)
@@ -319,6 +356,20 @@ class Problem:
                             f"stage {s} field '{kind}' at size {sizes[i]} must be a positive "
                             f"finite time in seconds, got {v!r}"
                         )
+            present = [k for k in SPLIT_KINDS if getattr(st, k) is not None]
+            if present and len(present) != len(SPLIT_KINDS):
+                missing = [k for k in SPLIT_KINDS if k not in present]
+                fail(f"stage {s} has split-backward field(s) {present} but not {missing}; "
+                     f"expected all of {list(SPLIT_KINDS)} or none")
+            for kind in present:
+                vals = getattr(st, kind)
+                if len(vals) != len(sizes):
+                    fail(f"stage {s} field '{kind}' has {len(vals)} values; expected one per "
+                         f"size ({len(sizes)}: {sizes})")
+                for i, v in enumerate(vals):
+                    if not _is_pos(v):
+                        fail(f"stage {s} field '{kind}' at size {sizes[i]} must be a positive "
+                             f"finite time in seconds, got {v!r}")
             if not _is_finite(st.opt) or st.opt < 0:
                 fail(f"stage {s} field 'opt' must be a non-negative finite time, got {st.opt!r}")
             if st.bwd_far is not None and not (
@@ -334,6 +385,10 @@ class Problem:
                 if cap is not None and not _is_pos(cap):
                     fail(f"stage {s} field 'memory.capacity_bytes' must be positive bytes, "
                          f"got {cap!r}")
+                held = st.memory.w_held_bytes_per_sample
+                if held is not None and (not _is_finite(held) or held < 0):
+                    fail(f"stage {s} field 'memory.w_held_bytes_per_sample' must be >= 0, "
+                         f"got {held!r}")
         if len(self.links) != len(self.stages) - 1:
             fail(
                 f"field 'links' has {len(self.links)} entries; expected S-1 = "
@@ -367,6 +422,9 @@ class Problem:
                 d["name"] = st.name
             if st.bwd_far is not None:
                 d["bwd_far"] = st.bwd_far
+            for kind in SPLIT_KINDS:
+                if getattr(st, kind) is not None:
+                    d[kind] = list(getattr(st, kind))
             if st.memory is not None:
                 d["memory"] = {
                     "param_bytes": st.memory.param_bytes,
@@ -375,6 +433,8 @@ class Problem:
                 }
                 if st.memory.capacity_bytes is not None:
                     d["memory"]["capacity_bytes"] = st.memory.capacity_bytes
+                if st.memory.w_held_bytes_per_sample is not None:
+                    d["memory"]["w_held_bytes_per_sample"] = st.memory.w_held_bytes_per_sample
             if st.extra:
                 d["extra"] = dict(st.extra)
             stages.append(d)
@@ -431,6 +491,9 @@ class Problem:
             for key in _COST_KINDS:
                 if not isinstance(st[key], list):
                     fail(f"stage {s} field {key!r} must be a list of times, one per size")
+            for key in SPLIT_KINDS:
+                if key in st and not isinstance(st[key], list):
+                    fail(f"stage {s} field {key!r} must be a list of times, one per size")
             mem = st.get("memory")
             memory = None
             if mem is not None:
@@ -440,6 +503,7 @@ class Problem:
                         saved_act_bytes_per_sample=mem["saved_act_bytes_per_sample"],
                         input_bytes_per_sample=mem["input_bytes_per_sample"],
                         capacity_bytes=mem.get("capacity_bytes"),
+                        w_held_bytes_per_sample=mem.get("w_held_bytes_per_sample"),
                     )
                 except (KeyError, TypeError) as exc:
                     fail(f"stage {s} field 'memory' is missing {exc}")
@@ -453,6 +517,7 @@ class Problem:
                     name=str(st.get("name", "")),
                     extra=dict(st.get("extra", {})),
                     bwd_far=st.get("bwd_far"),
+                    **{k: tuple(st[k]) for k in SPLIT_KINDS if k in st},
                 )
             )
         links = []
