@@ -1,0 +1,1 @@
+"""torch's pipeline schedules as baselines (placeholder until the orders module lands)."""

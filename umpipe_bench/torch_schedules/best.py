@@ -1,0 +1,173 @@
+"""The baselines a torch user would pick: each schedule's best M and layer partition.
+
+For a per-layer problem (one layer per stage), ``D`` devices, a memory mode and an optional
+memory cap, :func:`best_choice` finds, for one of torch's schedules, the number of equal
+microbatches ``M`` (a divisor of ``B``: torch cuts the batch into equal parts) and the
+contiguous partition of the layers into the schedule's chunks that minimise the simulated
+iteration time (:func:`umpipe_bench.devsim.simulate_devices` over the lists torch executes)
+among those whose every device fits the cap. For schedules with several chunks per device in
+loop order, ``v`` is searched too unless given.
+
+The search is exact over all compositions of the ``L`` layers into ``C`` chunks and all valid
+``M``: candidates are visited in increasing order of a lower bound, the busiest device's total
+work (every one of its operations plus its optimizer steps, which it must run one after another),
+and the search stops when the bound reaches the best time found. The bound of a device is the
+time the first microbatch needs to reach its earliest chunk (the forwards of every chunk before
+it, communication left out) plus all its operations and optimizer steps, which it runs one
+after another; the candidate's bound is the largest over its devices. Bounds come from
+per-layer prefix sums, so a candidate costs a few additions until it is simulated.
+
+This module imports no torch (the default lists come from :func:`.orders.torch_orders`, which
+imports torch when first called).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from itertools import accumulate, combinations
+from typing import Any
+
+import numpy as np
+
+from ..devsim import DeviceTimeline, edp_sizes, simulate_devices
+from ..errors import UmpipeError
+from ..layout import chunk_devices, group_layers
+from ..problem import Problem
+
+__all__ = ["ScheduleChoice", "best_choice", "compositions", "divisors"]
+
+#: (name, D, M, v) -> per-device action lists
+OrdersFn = Callable[[str, int, int, int | None], list[list[str]]]
+
+
+@dataclass(frozen=True)
+class ScheduleChoice:
+    """One schedule's best (M, partition) on a problem, ``D`` devices, mode and cap."""
+
+    schedule: str
+    D: int
+    v: int
+    M: int
+    counts: tuple[int, ...]
+    T: float
+    peak_memory: tuple[float, ...] | None
+    mode: str
+    evaluated: int
+
+    @property
+    def max_peak(self) -> float | None:
+        return None if self.peak_memory is None else max(self.peak_memory)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["counts"] = list(self.counts)
+        d["peak_memory"] = None if self.peak_memory is None else list(self.peak_memory)
+        d["max_peak_memory"] = self.max_peak
+        return d
+
+
+def divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def compositions(L: int, C: int) -> Iterator[tuple[int, ...]]:
+    """Every way to cut ``L`` layers into ``C`` non-empty contiguous chunks (layer counts)."""
+    for cuts in combinations(range(1, L), C - 1):
+        ends = (*cuts, L)
+        starts = (0, *cuts)
+        yield tuple(b - a for a, b in zip(starts, ends))
+
+
+def _layer_work(problem: Problem, m: int, M: int, mode: str, split: bool
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer: the busy time of ``M`` microbatches of size ``m`` plus its optimizer step,
+    and one microbatch's forward time."""
+    tb = problem.tables()
+    back = (tb.input_backward(mode)[:, m] + tb.wbwd[:, m]) if split \
+        else tb.backward(mode)[:, m]  # type: ignore[index]
+    return M * (tb.fwd[:, m] + back) + tb.opt, tb.fwd[:, m]
+
+
+def best_choice(
+    problem: Problem,
+    schedule: str,
+    D: int,
+    *,
+    kind: str,
+    split: bool,
+    mode: str = "stash",
+    memory_cap: float | None = None,
+    v: int | None = None,
+    vs: Sequence[int] = (2, 3, 4),
+    Ms: Sequence[int] | None = None,
+    orders: OrdersFn,
+    valid: Callable[[int, int, int | None], bool] = lambda D, M, v: True,
+) -> ScheduleChoice | None:
+    """The best (``v``, ``M``, partition) of one schedule (module docstring); None when no
+    candidate fits the cap (or none is valid).
+
+    ``kind``: the schedule's layout (``one``, ``loop``, ``v``); ``split``: whether its lists
+    use I and W; ``vs``: chunks per device to try for ``loop`` layouts when ``v`` is None;
+    ``Ms``: microbatch counts to try (default: every divisor of ``B``); ``valid(D, M, v)``:
+    whether torch accepts the combination.
+    """
+    L, B = problem.S, problem.B
+    if split and not problem.has_split_backward:
+        raise UmpipeError(f"schedule {schedule!r} splits the backward; problem "
+                          f"{problem.name!r} has no split-backward costs (ibwd, ribwd, wbwd)")
+    if kind == "one":
+        v_options = [1]
+    elif kind == "v":
+        v_options = [2]
+    else:
+        v_options = [v] if v is not None else list(vs)
+    heap: list[tuple[float, int, int, tuple[int, ...]]] = []
+    for vv in v_options:
+        C = vv * D if kind != "one" else D
+        if C > L:
+            continue
+        devs = chunk_devices(kind, D, vv)
+        for M in (Ms if Ms is not None else divisors(B)):
+            if B % M or not valid(D, M, None if kind == "one" else vv):
+                continue
+            work, first = _layer_work(problem, B // M, M, mode, split)
+            pre = [0.0, *accumulate(work.tolist())]
+            head = [0.0, *accumulate(first.tolist())]
+            for counts in compositions(L, C):
+                per_dev = [0.0] * D
+                start = [-1.0] * D
+                a = 0
+                for c, b in enumerate(accumulate(counts)):
+                    d = devs[c]
+                    per_dev[d] += pre[b] - pre[a]
+                    if start[d] < 0:  # chunks come in model order: the first is the earliest
+                        start[d] = head[a]
+                    a = b
+                bound = max(w + h for w, h in zip(per_dev, start))
+                heapq.heappush(heap, (bound, vv, M, counts))
+    best: ScheduleChoice | None = None
+    evaluated = 0
+    while heap:
+        bound, vv, M, counts = heapq.heappop(heap)
+        if best is not None and bound >= best.T:
+            break
+        tl = simulate_chunks(problem, counts, kind, D, vv, M, mode,
+                             orders(schedule, D, M, None if kind == "one" else vv))
+        evaluated += 1
+        peaks = None if tl.peak_memory is None else tuple(tl.peak_memory)
+        if memory_cap is not None and peaks is not None and max(peaks) > memory_cap:
+            continue
+        if best is None or tl.iteration_time < best.T:
+            best = ScheduleChoice(schedule, D, vv, M, counts, tl.iteration_time, peaks, mode, 0)
+    if best is None:
+        return None
+    return ScheduleChoice(**{**asdict(best), "counts": best.counts, "evaluated": evaluated})
+
+
+def simulate_chunks(problem: Problem, counts: Sequence[int], kind: str, D: int, v: int, M: int,
+                    mode: str, lists: list[list[str]]) -> DeviceTimeline:
+    """Simulate per-device ``lists`` on the chunk problem of a partition and layout."""
+    cp = group_layers(problem, counts)
+    return simulate_devices(cp, chunk_devices(kind, D, v), lists, edp_sizes(problem.B, M), mode)
