@@ -1,1 +1,35 @@
-"""torch's pipeline schedules as baselines (placeholder until the orders module lands)."""
+"""torch 2.13's pipeline schedules: names, layouts, limits, and the orders torch executes.
+
+The package imports no torch; :func:`torch_orders` imports it when called. See
+:mod:`umpipe_bench.torch_schedules.orders`.
+"""
+
+from __future__ import annotations
+
+from .orders import (
+    LAYOUTS,
+    TORCH_SCHEDULES,
+    ScheduleNameError,
+    ScheduleShapeError,
+    TorchSchedule,
+    check,
+    chunk_device,
+    device_chunks,
+    parse_action,
+    schedule_info,
+    torch_orders,
+)
+
+__all__ = [
+    "LAYOUTS",
+    "TORCH_SCHEDULES",
+    "ScheduleNameError",
+    "ScheduleShapeError",
+    "TorchSchedule",
+    "check",
+    "chunk_device",
+    "device_chunks",
+    "parse_action",
+    "schedule_info",
+    "torch_orders",
+]

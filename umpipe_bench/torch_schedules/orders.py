@@ -1,0 +1,285 @@
+"""The seven schedules torch 2.13 ships, and the per-rank compute orders torch executes.
+
+``torch.distributed.pipelining`` (torch 2.13) ships two single-stage schedules
+(``PipelineScheduleSingle``: one stage per rank) and five multi-stage ones
+(``_PipelineScheduleRuntime``: several stages per rank). This module names them, says how
+their stages (model chunks) sit on the ranks, says which ``(D, M, v)`` torch refuses (with one
+line naming the field), parses torch's action strings, and, in :func:`torch_orders`, asks torch
+for the compute operations each rank runs.
+
+Action strings are torch's: ``"3I2"`` is (virtual) stage 3's backward-for-inputs of
+microbatch 2. The number before the letter is the stage index, i.e. the model chunk, not the
+rank; :func:`chunk_device` maps it to the rank. Letters: ``F`` forward, ``B`` full backward,
+``I`` backward for inputs, ``W`` backward for weights (``I`` + ``W`` of a microbatch replace
+its ``B``).
+
+Everything here except :func:`torch_orders` is pure: the module imports no torch; torch is
+imported inside :func:`torch_orders` only.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..errors import UmpipeError, UnknownNameError
+
+__all__ = [
+    "LAYOUTS",
+    "TORCH_SCHEDULES",
+    "ScheduleNameError",
+    "ScheduleShapeError",
+    "TorchSchedule",
+    "check",
+    "chunk_device",
+    "device_chunks",
+    "parse_action",
+    "schedule_info",
+    "torch_orders",
+]
+
+LAYOUTS = ("one", "loop", "v")
+
+
+class ScheduleNameError(UnknownNameError):
+    """A torch schedule name no registry entry knows; the message lists the valid names."""
+
+
+class ScheduleShapeError(UmpipeError):
+    """A ``(D, M, v)`` torch would refuse for a schedule, or a malformed action string."""
+
+
+@dataclass(frozen=True, slots=True)
+class TorchSchedule:
+    """One schedule torch ships.
+
+    ``layout``: ``"one"`` (one chunk per rank), ``"loop"`` (``v`` chunks per rank, rank ``d``
+    holds ``d, d + D, d + 2D, ...``) or ``"v"`` (two chunks per rank, rank ``d`` holds ``d``
+    and ``2D - 1 - d``). ``split_backward``: its orders contain ``I`` and ``W`` operations.
+    ``default_v``: chunks per rank when none is given.
+    """
+
+    name: str
+    torch_class: str
+    layout: str
+    split_backward: bool
+    default_v: int
+
+    @property
+    def single(self) -> bool:
+        """Whether torch builds it from one stage object (``PipelineScheduleSingle``)."""
+        return self.layout == "one"
+
+
+TORCH_SCHEDULES: dict[str, TorchSchedule] = {
+    s.name: s
+    for s in (
+        TorchSchedule("gpipe", "ScheduleGPipe", "one", False, 1),
+        TorchSchedule("1f1b", "Schedule1F1B", "one", False, 1),
+        TorchSchedule("interleaved-1f1b", "ScheduleInterleaved1F1B", "loop", False, 2),
+        TorchSchedule("looped-bfs", "ScheduleLoopedBFS", "loop", False, 2),
+        TorchSchedule("zb1p", "ScheduleInterleavedZeroBubble", "loop", True, 2),
+        TorchSchedule("zbv", "ScheduleZBVZeroBubble", "v", True, 2),
+        TorchSchedule("dualpipev", "ScheduleDualPipeV", "v", True, 2),
+    )
+}
+
+
+def _lookup_keys() -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for s in TORCH_SCHEDULES.values():
+        keys[s.name] = s.name
+        keys[s.torch_class.lower()] = s.name
+        keys[s.torch_class.lower().removeprefix("schedule")] = s.name  # torch's own short names
+    return keys
+
+
+_KEYS = _lookup_keys()
+
+
+def schedule_info(name: str) -> TorchSchedule:
+    """The schedule called ``name``, case-insensitive: our name (``zb1p``), the torch class
+    (``ScheduleInterleavedZeroBubble``) or torch's ``get_schedule_class`` name
+    (``InterleavedZeroBubble``)."""
+    key = _KEYS.get(str(name).lower())
+    if key is None:
+        valid = ", ".join(f"{s.name} ({s.torch_class})" for s in TORCH_SCHEDULES.values())
+        raise ScheduleNameError(f"unknown torch schedule {name!r}; valid names: {valid}")
+    return TORCH_SCHEDULES[key]
+
+
+def chunk_device(kind: str, D: int, v: int) -> list[int]:
+    """The rank of every chunk ``c = 0 .. D*v - 1`` under layout ``kind`` (see
+    :class:`TorchSchedule`); the same mapping torch's ``generate_stage_to_rank_mapping``
+    makes (``style="loop"`` / ``"v"``)."""
+    if kind not in LAYOUTS:
+        raise ScheduleShapeError(f"layout must be one of {', '.join(LAYOUTS)}, got {kind!r}")
+    if D < 1 or v < 1:
+        raise ScheduleShapeError(f"D and v must be >= 1, got D = {D}, v = {v}")
+    if kind == "one" and v != 1:
+        raise ScheduleShapeError(f"v: layout 'one' holds one chunk per rank, got v = {v}")
+    if kind == "v" and v != 2:
+        raise ScheduleShapeError(f"v: layout 'v' holds two chunks per rank, got v = {v}")
+    if kind == "v":
+        return list(range(D)) + list(reversed(range(D)))
+    return [c % D for c in range(D * v)]
+
+
+def device_chunks(kind: str, D: int, v: int) -> list[list[int]]:
+    """The chunks each rank holds, ascending (inverse of :func:`chunk_device`)."""
+    out: list[list[int]] = [[] for _ in range(D)]
+    for c, d in enumerate(chunk_device(kind, D, v)):
+        out[d].append(c)
+    return out
+
+
+def check(name: str, D: int, M: int, v: int | None = None) -> int:
+    """Raise :class:`ScheduleShapeError` (one line naming the field) when torch 2.13 would
+    refuse schedule ``name`` on ``D`` ranks, ``M`` microbatches, ``v`` chunks per rank;
+    return the ``v`` used (``default_v`` when ``v`` is None).
+
+    torch's rules (``torch/distributed/pipelining/schedules.py``, confirmed by constructing
+    every class for ``D <= 8``, ``v <= 4``, ``M <= 16``):
+
+    * ``gpipe``: any ``M``; ``1f1b``: ``M >= D`` (one stage per rank, so ``D`` stages);
+    * ``interleaved-1f1b``, ``zb1p``: with ``rounds = max(1, M // D)``, ``M`` a multiple of
+      ``rounds``; any ``v >= 1`` (``v = 1`` runs too);
+    * ``looped-bfs``: any ``M``, any ``v >= 1``;
+    * ``zbv``: exactly two chunks per rank, any ``M``;
+    * ``dualpipev``: exactly two chunks per rank and ``M >= 2D`` (the number of stages).
+
+    ``D >= 1`` and ``M >= 1`` are asked of every schedule.
+    """
+    info = schedule_info(name)
+    for field, value in (("D", D), ("M", M)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ScheduleShapeError(f"{field} must be an integer >= 1, got {value!r}")
+    if v is None:
+        v = info.default_v
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ScheduleShapeError(f"v must be an integer >= 1, got {v!r}")
+    cls = info.torch_class
+    if info.layout == "one" and v != 1:
+        raise ScheduleShapeError(f"v: {cls} runs one stage per rank (v = 1), got v = {v}")
+    if info.layout == "v" and v != 2:
+        raise ScheduleShapeError(f"v: {cls} needs exactly two stages per rank (v = 2), "
+                                 f"got v = {v}")
+    if info.name == "1f1b" and M < D:
+        raise ScheduleShapeError(f"M: {cls} needs M >= D = {D} microbatches, got M = {M}")
+    if info.name == "dualpipev" and M < 2 * D:
+        raise ScheduleShapeError(f"M: {cls} needs M >= 2D = {2 * D} microbatches (one per "
+                                 f"stage), got M = {M}")
+    if info.name in ("interleaved-1f1b", "zb1p"):
+        rounds = max(1, M // D)
+        if M % rounds:
+            raise ScheduleShapeError(
+                f"M: {cls} needs M to be a multiple of its rounds max(1, M // D) = {rounds} "
+                f"with D = {D}, got M = {M}")
+    return v
+
+
+_ACTION = re.compile(r"(\d+)([FBIW])(\d+)")
+
+
+def parse_action(action: str) -> tuple[int, str, int]:
+    """``"3I2"`` -> ``(3, "I", 2)``: (stage, kind, microbatch) of a compute action string."""
+    m = _ACTION.fullmatch(str(action).strip())
+    if m is None:
+        raise ScheduleShapeError(
+            f"action {action!r}: expected <stage><F|B|I|W><microbatch>, e.g. '0F1'")
+    return int(m.group(1)), m.group(2), int(m.group(3))
+
+
+# ----------------------------------------------------------------------------------- torch part
+def _stub_stage(index: int, n: int, D: int, rank: int) -> types.SimpleNamespace:
+    """The attributes a schedule constructor reads from a stage (no module, no process group)."""
+    return types.SimpleNamespace(stage_index=index, num_stages=n, group_size=D, group_rank=rank,
+                                 is_first=index == 0, is_last=index == n - 1, submod=None)
+
+
+def _single_orders(cls: type, D: int, M: int) -> list[list[str]]:
+    """Run ``cls._step_microbatches`` once per rank with a stage that only records the
+    ``forward_one_chunk`` / ``backward_one_chunk`` calls it receives (no tensors, no comms)."""
+    out = []
+    for rank in range(D):
+        log: list[str] = []
+        stage = _stub_stage(rank, D, D, rank)
+
+        def fwd(i, *a, _r=rank, _log=log, **k):
+            _log.append(f"{_r}F{i}")
+
+        def bwd(i, *a, _r=rank, _log=log, full_backward=True, **k):
+            _log.append(f"{_r}{'B' if full_backward else 'I'}{i}")
+
+        def nothing(*a, **k):
+            return []
+
+        stage.forward_one_chunk, stage.backward_one_chunk = fwd, bwd
+        stage.get_fwd_recv_ops = stage.get_fwd_send_ops = nothing
+        stage.get_bwd_recv_ops = stage.get_bwd_send_ops = nothing
+        stage.perform_reduce_grad = nothing
+        sched = cls(stage, M, loss_fn=nothing)
+        for attr in ("_initialize_stage", "_maybe_compute_loss", "_maybe_get_loss",
+                     "_update_losses"):
+            setattr(sched, attr, nothing)
+        sched._check_inputs = lambda *a, **k: ([None] * M, [{}] * M)
+        sched._step_microbatches([None] * M, [{}] * M, None, None)
+        out.append(log)
+    return out
+
+
+def _runtime_orders(cls: type, layout: str, D: int, M: int, v: int) -> list[list[str]]:
+    """Build the schedule once (rank 0's stages) and read every rank's lowered program."""
+    from torch.distributed.pipelining.schedules import OVERLAP_F_B
+
+    n = D * v
+    stages = [_stub_stage(c, n, D, 0) for c in device_chunks(layout, D, v)[0]]
+    sched = cls(stages, M)
+    out = []
+    for rank in range(D):
+        row: list[str] = []
+        for action in sched.pipeline_order_with_comms[rank]:
+            parts = action.sub_actions if action.computation_type == OVERLAP_F_B else (action,)
+            row.extend(str(a) for a in parts if a.is_compute_op)
+        out.append(row)
+    return out
+
+
+@lru_cache(maxsize=512)
+def _torch_orders(name: str, D: int, M: int, v: int) -> tuple[tuple[str, ...], ...]:
+    import torch.distributed.pipelining.schedules as ts
+
+    info = TORCH_SCHEDULES[name]
+    cls = getattr(ts, info.torch_class)
+    if info.single:
+        rows = _single_orders(cls, D, M)
+    else:
+        rows = _runtime_orders(cls, info.layout, D, M, v)
+    return tuple(tuple(r) for r in rows)
+
+
+def torch_orders(name: str, D: int, M: int, v: int | None = None) -> list[list[str]]:
+    """Per rank, the compute operations torch 2.13 executes for schedule ``name``, in order.
+
+    How, per kind of schedule (torch is imported here, lazily; results are cached):
+
+    * ``PipelineScheduleSingle`` (``gpipe``, ``1f1b``): the order is not read from
+      ``pipeline_order`` (for ``Schedule1F1B`` that IR lists the last rank's forwards as
+      ``1..M``, not what runs). Instead the schedule's own ``_step_microbatches`` is run once
+      per rank with a stand-in stage that records each ``forward_one_chunk(i)`` as ``"rFi"``
+      and each ``backward_one_chunk(i)`` as ``"rBi"``; its p2p ops are empty lists and the
+      input/loss helpers do nothing.
+    * ``_PipelineScheduleRuntime`` (the five others): the schedule is constructed once with
+      stand-in stages for rank 0, and for every rank ``pipeline_order_with_comms[rank]`` (the
+      list ``_step_microbatches`` iterates over for that rank) is read, keeping the compute
+      actions (``F``, ``B``, ``I``, ``W``; dropping ``SEND_*``, ``RECV_*``, ``UNSHARD``,
+      ``RESHARD``, ``REDUCE_GRAD``), with each ``OVERLAP_F_B`` replaced by its
+      ``sub_actions`` in order (the runtime performs them one after the other).
+
+    ``check`` is applied first: a refused ``(D, M, v)`` raises :class:`ScheduleShapeError`.
+    """
+    info = schedule_info(name)
+    v = check(info.name, D, M, v)
+    return [list(r) for r in _torch_orders(info.name, D, M, v)]
