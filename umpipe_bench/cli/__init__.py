@@ -19,7 +19,7 @@ __all__ = ["main"]
 
 # Sub-command modules, in the order --help lists them.
 SUBCOMMANDS = (
-    "problems", "simulate", "profile", "plan", "execute", "bench", "report", "tune",
+    "problems", "simulate", "schedules", "profile", "plan", "execute", "bench", "report", "tune",
     "study", "best_known",
 )
 

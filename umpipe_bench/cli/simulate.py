@@ -13,11 +13,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Simulate one training iteration of a plan on a problem with the reference "
         "list-schedule simulator. SPEC is 'gpipe:M' (EDP(M) under GPipe), '1f1b:M' (EDP(M) "
         "under 1F1B) or a plan JSON file (written by 'umpipe-bench plan --out'; a plan with "
-        "in-flight caps runs the 'capped' schedule, docs/SCHEDULES.md).",
+        "in-flight caps runs the 'capped' schedule, docs/SCHEDULES.md). With --devices D the "
+        "problem's stages are layers, SPEC is 'SCHEDULE:M' for any schedule torch ships "
+        "(gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb1p, zbv, dualpipev), and the lists torch "
+        "executes run on D devices (docs/TORCH-SCHEDULES.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--problem", required=True, help="problem name (see 'problems') or file")
-    p.add_argument("--plan", required=True, metavar="SPEC", help="gpipe:M, 1f1b:M or plan file")
+    p.add_argument("--plan", required=True, metavar="SPEC",
+                   help="gpipe:M, 1f1b:M or plan file; with --devices: SCHEDULE:M")
+    p.add_argument("--devices", "-D", type=int, metavar="D",
+                   help="run a torch schedule on D devices, the problem's stages being layers "
+                   "cut into chunks (see --partition); default: one stage per device, our plans")
+    p.add_argument("--chunks", "-v", type=int, metavar="V",
+                   help="with --devices: chunks per device for interleaved-1f1b, looped-bfs and "
+                   "zb1p (default 2; zbv and dualpipev always hold 2)")
+    p.add_argument("--partition", metavar="N,N,...",
+                   help="with --devices: layers per chunk, in model order (default: balanced, "
+                   "larger chunks first)")
     p.add_argument("--mode", choices=("stash", "recompute"), default=None,
                    help="memory mode (default: stash for gpipe:M/1f1b:M, the file's for a file)")
     p.add_argument("--memory-cap", metavar="SIZE",
@@ -41,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
     from ._lookup import problem as get_problem
     from ._paths import check_output_file, writing
 
+    if args.devices is not None:
+        return run_devices(args)
+    for flag in ("chunks", "partition"):
+        if getattr(args, flag) is not None:
+            from ..errors import UmpipeError
+
+            raise UmpipeError(f"--{flag} needs --devices (a torch schedule on devices)")
     check_output_file(args.trace, "--trace")
     check_output_file(args.gantt, "--gantt")
     problem = get_problem(args.problem)
@@ -85,4 +105,70 @@ def run(args: argparse.Namespace) -> int:
     for what, path in (("trace", args.trace), ("gantt", args.gantt)):
         if path:
             print(f"wrote {what}: {path}")
+    return 0
+
+
+def run_devices(args: argparse.Namespace) -> int:
+    """``simulate --devices``: one torch schedule on D devices (docs/TORCH-SCHEDULES.md)."""
+    from ..devsim import edp_sizes, simulate_devices
+    from ..errors import UmpipeError
+    from ..layout import Layout, balanced_counts, group_layers
+    from ..memory import format_bytes, parse_size
+    from ..torch_schedules import check, schedule_info, torch_orders
+    from ._lookup import problem as get_problem
+
+    for flag in ("trace", "gantt"):
+        if getattr(args, flag):
+            raise UmpipeError(f"--{flag} is not available with --devices; use --json --events")
+    name, sep, m_text = args.plan.partition(":")
+    if not sep or not m_text.strip().isdigit():
+        raise UmpipeError(f"--plan {args.plan!r}: with --devices expected SCHEDULE:M, e.g. "
+                          "zbv:8")
+    info = schedule_info(name)
+    M, D = int(m_text), args.devices
+    problem = get_problem(args.problem)
+    if M < 1 or problem.B % M:
+        raise UmpipeError(f"--plan {args.plan!r}: M must divide B = {problem.B} (torch cuts "
+                          "the batch into equal microbatches)")
+    v = check(info.name, D, M, args.chunks if info.layout == "loop" else None)
+    C = D * v
+    if args.partition:
+        try:
+            counts = tuple(int(x) for x in args.partition.split(","))
+        except ValueError:
+            raise UmpipeError(f"--partition {args.partition!r}: expected comma-separated layer "
+                              "counts, e.g. 4,4,3,3") from None
+    else:
+        counts = balanced_counts(problem.S, C)
+    layout = Layout(info.layout, D, counts)
+    chunks = group_layers(problem, counts)
+    mode = args.mode or "stash"
+    lists = torch_orders(info.name, D, M, v)
+    tl = simulate_devices(chunks, layout.devices, lists, edp_sizes(problem.B, M), mode)
+    cap = parse_size(args.memory_cap) if args.memory_cap is not None else None
+    fits = None if cap is None or tl.peak_memory is None else max(tl.peak_memory) <= cap
+    if args.json:
+        out = tl.to_dict(with_events=args.events)
+        out.update(problem=problem.name, schedule=info.name, torch_class=info.torch_class,
+                   D=D, chunks_per_device=v, M=M, mode=mode, partition=list(counts),
+                   memory_cap=cap, fits_memory=fits, spec=args.plan)
+        print(json.dumps(out))
+        return 0
+    print(f"problem {problem.name} ({problem.S} layers, B={problem.B}), {info.name} "
+          f"({info.torch_class}) on D={D} devices, v={v}, M={M}, mode {mode}, partition "
+          f"{'-'.join(map(str, counts))}")
+    print(f"iteration time T = {tl.iteration_time * 1e3:.4f} ms")
+    print(f"{'device':>6}  {'chunks':>8}  {'busy':>6}  {'bubble':>6}  {'end (ms)':>10}  "
+          "peak memory")
+    for d in range(D):
+        mem = "-" if tl.peak_memory is None else format_bytes(tl.peak_memory[d])
+        held = ",".join(str(c) for c in range(C) if layout.devices[c] == d)
+        print(f"{d:>6}  {held:>8}  {tl.busy[d] / tl.iteration_time:>6.1%}  "
+              f"{tl.bubble[d]:>6.1%}  {tl.device_end[d] * 1e3:>10.3f}  {mem}")
+    if fits is False:
+        print(f"warning: peak memory exceeds the memory cap {format_bytes(cap)} on device(s) "
+              f"{[d for d in range(D) if tl.peak_memory[d] > cap]}")  # type: ignore[index]
+    if args.show_ops:
+        for d, row in enumerate(lists):
+            print(f"device {d}: " + " ".join(row))
     return 0

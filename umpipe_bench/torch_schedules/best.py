@@ -171,3 +171,72 @@ def simulate_chunks(problem: Problem, counts: Sequence[int], kind: str, D: int, 
     """Simulate per-device ``lists`` on the chunk problem of a partition and layout."""
     cp = group_layers(problem, counts)
     return simulate_devices(cp, chunk_devices(kind, D, v), lists, edp_sizes(problem.B, M), mode)
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One schedule's row of :func:`schedule_table`: its best choice, or why it has none."""
+
+    schedule: str
+    torch_class: str
+    choice: ScheduleChoice | None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "torch_class": self.torch_class,
+                "best": None if self.choice is None else self.choice.to_dict(),
+                "reason": self.reason or None}
+
+
+def schedule_table(
+    problem: Problem,
+    D: int,
+    mode: str = "stash",
+    memory_cap: float | None = None,
+    names: Sequence[str] | None = None,
+    v: int | None = None,
+    vs: Sequence[int] = (1, 2, 3, 4),
+) -> list[TableRow]:
+    """Every torch schedule's best (v, M, partition) on a per-layer problem and ``D`` devices
+    (:func:`best_choice`), in registry order; a schedule that cannot run (too few layers for
+    its chunks, no split-backward costs, nothing fits the cap) gets a reason instead."""
+    from .orders import TORCH_SCHEDULES, ScheduleShapeError, check, schedule_info, torch_orders
+
+    infos = [schedule_info(n) for n in (names or list(TORCH_SCHEDULES))]
+    rows = []
+    for info in infos:
+        def valid(D: int, M: int, vv: int | None, name: str = info.name) -> bool:
+            try:
+                check(name, D, M, vv)
+            except ScheduleShapeError:
+                return False
+            return True
+
+        if info.split_backward and not problem.has_split_backward:
+            rows.append(TableRow(info.name, info.torch_class, None,
+                                 "no split-backward costs (ibwd, ribwd, wbwd) in the problem"))
+            continue
+        if v is not None and info.layout == "loop":
+            v_opts: Sequence[int] = (v,)
+        else:
+            v_opts = vs
+        min_chunks = D * (2 if info.layout == "v" else min(v_opts) if info.layout == "loop"
+                          else 1)
+        if min_chunks > problem.S:
+            rows.append(TableRow(info.name, info.torch_class, None,
+                                 f"needs at least {min_chunks} chunks; the problem has "
+                                 f"{problem.S} layers"))
+            continue
+        choice = best_choice(problem, info.name, D, kind=info.layout, split=info.split_backward,
+                             mode=mode, memory_cap=memory_cap, vs=v_opts, orders=torch_orders,
+                             valid=valid)
+        rows.append(TableRow(info.name, info.torch_class, choice,
+                             "" if choice is not None else "no (M, partition) fits the "
+                             "memory cap" if memory_cap is not None else "no valid M"))
+    return rows
+
+
+def best_row(rows: Sequence[TableRow]) -> TableRow | None:
+    """The fastest schedule of a table (None when none can run)."""
+    ok = [r for r in rows if r.choice is not None]
+    return min(ok, key=lambda r: r.choice.T) if ok else None  # type: ignore[union-attr]
