@@ -223,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default="results/real/torch-schedules.md",
                     help="markdown report")
     ap.add_argument("--run-dir", help="the launch's folder (default: a temporary one)")
+    ap.add_argument("--check-grads", action="store_true",
+                    help="instead of timing: one float64 iteration of every entry (no "
+                    "optimizer step), each parameter gradient compared with the "
+                    "single-process full-batch gradient; exit 1 on a mismatch")
     ap.add_argument("--example", metavar="WORKLOAD",
                     help="print an entries file for WORKLOAD (every schedule, M 4 and 8, even "
                     "partitions) and exit")
@@ -241,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.entries:
             ap.error("give an entries JSON file (or --example / --profile-command)")
+        if args.check_grads:
+            return check_grads(args)
         return measure(args, argv if argv is not None else sys.argv[1:])
     except (UmpipeError, StageFailure) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -250,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + exc.signum
 
 
-def measure(args: argparse.Namespace, argv: list[str]) -> int:
-    """Check the entries, launch, summarize, write ``--out`` and ``--report``."""
+def load_spec(args: argparse.Namespace, **settings: Any) -> tuple[dict[str, Any],
+                                                                   TorchMultiSpec]:
+    """The workload and a checked spec of every entry of ``args.entries``."""
     data = json.loads(Path(args.entries).read_text(encoding="utf-8"))
     w = resolve_workload(args.workload or data.get("workload"))
     items = data.get("entries") or []
@@ -260,10 +267,54 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
     n_layers = w["layers"] if w["layers"] is not None else sum(items[0].get("partition", []))
     entries = [make_entry(it, D=D, B=w["B"], n_layers=n_layers, index=i)
                for i, it in enumerate(items)]
-    spec = TorchMultiSpec(run_id=uuid.uuid4().hex, model=w["model"], config=w["config"],
-                          B=w["B"], D=D, entries=entries, dtype=args.dtype, seed=args.seed,
-                          rounds=args.rounds, warmup=args.warmup, optimizer=args.optimizer,
-                          timeout_s=args.timeout, threads=args.threads)
+    base = {"dtype": args.dtype, "seed": args.seed, "rounds": args.rounds,
+            "warmup": args.warmup, "optimizer": args.optimizer, "timeout_s": args.timeout,
+            "threads": args.threads}
+    base.update(settings)
+    return w, TorchMultiSpec(run_id=uuid.uuid4().hex, model=w["model"], config=w["config"],
+                             B=w["B"], D=D, entries=entries, **base)
+
+
+def check_grads(args: argparse.Namespace) -> int:
+    """One float64 iteration of every entry; gradients vs the full-batch reference."""
+    import torch
+
+    from umpipe_bench.runtime.reference import reference_gradients
+
+    w, spec = load_spec(args, dtype="float64", rounds=1, warmup=0, optimizer="none",
+                        dump_grads=True)
+    with tempfile.TemporaryDirectory(prefix="umpipe-torch-grads-") as tmp:
+        run_dir = Path(args.run_dir or tmp)
+        with terminate_raises():
+            launch(spec, run_dir, deadline_s=args.deadline, stage_args=["--torch-multi"])
+        n = sum(spec.entries[0].partition)  # every entry covers the model (checked)
+        loss, per_layer = reference_gradients(w["model"], w["config"], [1] * n, w["B"],
+                                              seed=args.seed)
+        ref = {f"{i}.{k[2:]}": g for i, d in enumerate(per_layer) for k, g in d.items()}
+        bad = 0
+        for k, e in enumerate(spec.entries):
+            got: dict[str, Any] = {}
+            for r in range(D):
+                got.update(torch.load(run_dir / f"grads-e{k}-r{r}.pt",
+                                      weights_only=True)["grads"])
+            worst, missing = 0.0, sorted(set(ref) - {x for x, g in got.items() if g is not None})
+            for name, g in ref.items():
+                if got.get(name) is not None:
+                    scale = float(g.abs().max()) or 1.0
+                    worst = max(worst, float((got[name] - g).abs().max()) / scale)
+            ok = not missing and worst <= 1e-9
+            bad += not ok
+            print(f"{e.label:<40} {'ok ' if ok else 'BAD'} max |error| / max |grad| "
+                  f"{worst:.2e}" + (f", no gradient for {missing[:3]}" if missing else ""))
+    print(f"{len(spec.entries) - bad} of {len(spec.entries)} entries give the full-batch "
+          f"gradient (float64, reference loss {loss:.6f})")
+    return 1 if bad else 0
+
+
+def measure(args: argparse.Namespace, argv: list[str]) -> int:
+    """Check the entries, launch, summarize, write ``--out`` and ``--report``."""
+    w, spec = load_spec(args)
+    entries = spec.entries
     command = "python scripts/measure_torch_schedules.py " + " ".join(map(shlex.quote, argv))
     print(f"{len(entries)} entries on {w['name']}: {args.warmup} warm-up + {args.rounds} "
           "rounds", file=sys.stderr, flush=True)
