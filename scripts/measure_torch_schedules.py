@@ -4,8 +4,10 @@ predicted-vs-measured schedule times (docs/MODEL.md §5).
 
 Input: a JSON file, as a predictor writes it::
 
-    {"workload": "gpt1-mini-b16",            # a name in WORKLOADS, or
-                                             # {"model", "config", "B"[, "layers", "name"]}
+    {"workload": "gpt1-mini-b16",            # a name in WORKLOADS, a profiled problem (name
+                                             # or .json file: model, config and B from its
+                                             # provenance), or {"model", "config", "B"
+                                             # [, "layers", "name"]}
      "entries": [{"schedule": "zbv", "torch_class": "ScheduleZBVZeroBubble", "M": 4,
                   "partition": [3, 4, 4, 3], "v": 2, "T_pred": 0.123}, ...]}
 
@@ -51,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from umpipe_bench.errors import UmpipeError  # noqa: E402
 from umpipe_bench.problem import atomic_write_text  # noqa: E402
+from umpipe_bench.registry import get_problem  # noqa: E402
 from umpipe_bench.runtime.errors import PlanRefused, StageFailure  # noqa: E402
 from umpipe_bench.runtime.launcher import launch  # noqa: E402
 from umpipe_bench.runtime.lifetime import Terminated, terminate_raises  # noqa: E402
@@ -69,10 +72,20 @@ D = 2
 def resolve_workload(w: Any) -> dict[str, Any]:
     """A workload name or dict -> ``{"name", "model", "config", "B", "layers" (or None)}``."""
     if isinstance(w, str):
-        if w not in WORKLOADS:
-            raise PlanRefused(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)} (or give "
-                              "a dict with model, config, B)")
-        return {"name": w, **WORKLOADS[w]}
+        if w in WORKLOADS:
+            return {"name": w, **WORKLOADS[w]}
+        try:  # a profiled problem (name or file): its provenance names model, config, B
+            problem = get_problem(w)
+        except UmpipeError:
+            raise PlanRefused(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}, a "
+                              "profiled problem (name or .json file), or a dict with model, "
+                              "config, B") from None
+        prov = problem.provenance
+        if "model" not in prov:
+            raise PlanRefused(f"problem {problem.name!r} has no 'model' in its provenance, "
+                              "so its model cannot be rebuilt")
+        return {"name": problem.name, "model": str(prov["model"]),
+                "config": dict(prov.get("config") or {}), "B": problem.B, "layers": None}
     if not isinstance(w, dict) or "model" not in w or "B" not in w:
         raise PlanRefused("field 'workload' must be a workload name or a dict with 'model' and "
                           f"'B', got {w!r}")

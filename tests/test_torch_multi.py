@@ -208,3 +208,12 @@ def test_summary_of_a_perfect_prediction() -> None:
     assert text.splitlines()[2] == "Command: `python scripts/measure_torch_schedules.py x.json`"
     assert "Spearman rank correlation of predicted vs measured medians over 3 entries: 1.000" \
         in text
+
+
+def test_workload_from_a_profiled_problem() -> None:
+    mts = _measure_script()
+    w = mts.resolve_workload("gpt1-mini-s2")
+    assert (w["model"], w["B"], w["config"]["blocks"]) == ("gpt1-mini", 32, 12)
+    assert mts.resolve_workload({"model": "tiny-mlp", "B": 8})["name"] == "tiny-mlp-b8"
+    with pytest.raises(PlanRefused, match="unknown workload"):
+        mts.resolve_workload("no-such-workload")
