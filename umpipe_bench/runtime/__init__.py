@@ -8,7 +8,10 @@ stage. Modules:
 * ``job``: problem + plans -> :class:`RunSpec` (refuses what cannot run); pure.
 * ``launcher``: ``torchrun`` with a deadline, a process sweep, failure diagnosis; pure.
 * ``report``: measured vs predicted rows, CSV; pure.
-* ``worker``, ``executor``, ``comm``, ``rechunk``, ``stages``, ``peer``, ``reference``: torch.
+* ``torch_schedules``: torch.distributed.pipelining's schedule classes, their chunk layouts and
+  rules, the spec of a run of many of them; pure.
+* ``worker``, ``executor``, ``comm``, ``rechunk``, ``stages``, ``peer``, ``reference``,
+  ``torch_multi`` (every torch schedule, several chunks per rank): torch.
 
 Names are imported lazily so that launching a run does not import torch in the launcher.
 """

@@ -16,12 +16,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .errors import RunTimeout, StageFailure
 from .lifetime import child_setup
 from .spec import RunSpec
+from .torch_schedules import TorchMultiSpec
 
 __all__ = ["RUN_ID_ENV", "launch", "run_processes", "sweep"]
 
@@ -117,14 +119,19 @@ def _diagnose(out_dir: Path, log: str) -> tuple[int | None, str]:
 
 
 def launch(
-    spec: RunSpec,
+    spec: RunSpec | TorchMultiSpec,
     run_dir: str | os.PathLike[str],
     *,
     deadline_s: float = 3600.0,
     extra_env: dict[str, str] | None = None,
     echo: bool = False,
+    stage_args: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run ``spec`` with ``torchrun`` on this host, one process per stage; return rank 0's result.
+
+    ``spec`` is a :class:`RunSpec`, or any spec with ``run_id``, ``S`` (processes),
+    ``threads``, ``out_dir`` and ``save(path)`` whose stage entry point ``stage_args`` selects
+    (``["--torch-multi"]``: a :class:`~.torch_schedules.TorchMultiSpec`).
 
     Raises :class:`StageFailure` naming the failed stage, or :class:`RunTimeout` after
     ``deadline_s``. Either way no process of the run survives this call.
@@ -153,6 +160,7 @@ def launch(
         "--monitor-interval=0.1",
         "-m",
         "umpipe_bench.runtime.stage_main",
+        *stage_args,
         "--spec",
         str(spec_path),
     ]

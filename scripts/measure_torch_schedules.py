@@ -1,0 +1,370 @@
+#!/usr/bin/env python
+"""Measure torch.distributed.pipelining's schedules on one workload: the measured side of
+predicted-vs-measured schedule times (docs/MODEL.md §5).
+
+Input: a JSON file, as a predictor writes it::
+
+    {"workload": "gpt1-mini-b16",            # a name in WORKLOADS, a profiled problem (name
+                                             # or .json file: model, config and B from its
+                                             # provenance), or {"model", "config", "B"
+                                             # [, "layers", "name"]}
+     "entries": [{"schedule": "zbv", "torch_class": "ScheduleZBVZeroBubble", "M": 4,
+                  "partition": [3, 4, 4, 3], "v": 2, "T_pred": 0.123}, ...]}
+
+``partition`` gives the layer count of each of the ``C = D * v`` chunks (contiguous layer
+groups, chunk 0 first); which rank holds which chunk is the schedule's (runtime/
+torch_schedules.py). Every entry is checked against torch's rules before anything starts.
+
+One launch of ``D = 2`` processes (gloo, ``torchrun`` through the runtime's launcher: a
+deadline, and no process of the run survives it or this script) holds every entry's stages,
+runs ``--warmup`` rounds, then ``--rounds`` rounds, each round one iteration of every entry
+in a rotating order (round k starts at entry k mod E). An iteration is timed from a barrier
+to the end of the slowest rank's step and optimizer update (wall clock).
+
+Output: ``--out`` (JSON: the raw per-iteration times of every entry and rank, and the summary),
+``--report`` (markdown, the command first): per entry the median, a percentile-bootstrap 95 %
+interval of the median (runtime/stats.py), ``T_pred`` and ``|pred - meas| / meas``; over the
+entries with a prediction, Spearman's rank correlation of predicted vs measured medians and
+the median relative error. Progress lines go to stderr.
+
+    python scripts/measure_torch_schedules.py entries.json --rounds 30 --warmup 3
+    python scripts/measure_torch_schedules.py --example gpt1-mini-b16 > entries.json
+    python scripts/measure_torch_schedules.py --profile-command gpt1-mini-b16
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import shlex
+import socket
+import sys
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from umpipe_bench.errors import UmpipeError  # noqa: E402
+from umpipe_bench.problem import atomic_write_text  # noqa: E402
+from umpipe_bench.registry import get_problem  # noqa: E402
+from umpipe_bench.runtime.errors import PlanRefused, StageFailure  # noqa: E402
+from umpipe_bench.runtime.launcher import launch  # noqa: E402
+from umpipe_bench.runtime.lifetime import Terminated, terminate_raises  # noqa: E402
+from umpipe_bench.runtime.stats import bootstrap_median, spearman  # noqa: E402
+from umpipe_bench.runtime.torch_schedules import (  # noqa: E402
+    ALIASES,
+    SCHEDULES,
+    WORKLOADS,
+    TorchMultiSpec,
+    make_entry,
+)
+
+D = 2
+
+
+def resolve_workload(w: Any) -> dict[str, Any]:
+    """A workload name or dict -> ``{"name", "model", "config", "B", "layers" (or None)}``."""
+    if isinstance(w, str):
+        if w in WORKLOADS:
+            return {"name": w, **WORKLOADS[w]}
+        try:  # a profiled problem (name or file): its provenance names model, config, B
+            problem = get_problem(w)
+        except UmpipeError:
+            raise PlanRefused(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}, a "
+                              "profiled problem (name or .json file), or a dict with model, "
+                              "config, B") from None
+        prov = problem.provenance
+        if "model" not in prov:
+            raise PlanRefused(f"problem {problem.name!r} has no 'model' in its provenance, "
+                              "so its model cannot be rebuilt")
+        return {"name": problem.name, "model": str(prov["model"]),
+                "config": dict(prov.get("config") or {}), "B": problem.B, "layers": None}
+    if not isinstance(w, dict) or "model" not in w or "B" not in w:
+        raise PlanRefused("field 'workload' must be a workload name or a dict with 'model' and "
+                          f"'B', got {w!r}")
+    return {"name": str(w.get("name", f"{w['model']}-b{w['B']}")), "model": str(w["model"]),
+            "config": dict(w.get("config") or {}), "B": int(w["B"]),
+            "layers": int(w["layers"]) if w.get("layers") is not None else None}
+
+
+def even_partition(n_layers: int, C: int) -> list[int]:
+    """``n_layers`` split into ``C`` contiguous chunks as evenly as possible (larger first)."""
+    q, r = divmod(n_layers, C)
+    return [q + (1 if c < r else 0) for c in range(C)]
+
+
+def example_entries(name: str) -> dict[str, Any]:
+    """An entries file for ``name``: every torch schedule at a few M, even partitions."""
+    w = resolve_workload(name)
+    entries = []
+    short = {cls: name for name, cls in reversed(ALIASES.items())}
+    for cls, kind in SCHEDULES.items():
+        C = D if kind.layout == "single" else 2 * D
+        for M in (4, 8):
+            if w["B"] % M == 0:
+                entries.append({"schedule": short[cls], "torch_class": cls, "M": M,
+                                "partition": even_partition(w["layers"], C), "v": C // D})
+    return {"workload": name, "entries": entries}
+
+
+def profile_command(name: str) -> str:
+    """The ``umpipe-bench profile`` command writing the one-layer-per-stage problem of a
+    named workload (the per-layer tables a predictor needs; co-run, as the -mini-s2 files)."""
+    w = WORKLOADS[name]
+    sets = " ".join(f"--set {k}={json.dumps(v)}" for k, v in w["config"].items())
+    return (f"umpipe-bench profile {w['model']} --batch {w['B']} {sets} --threads 1 "
+            f"--repeats 9 --warmup 2 --co-run --out problems/data/{name}-l{w['layers']}.json")
+
+
+class _Progress(threading.Thread):
+    """Copy the ranks' progress lines from the run's log to stderr while it runs."""
+
+    def __init__(self, log: Path) -> None:
+        super().__init__(daemon=True)
+        self.log, self.stop = log, threading.Event()
+
+    def run(self) -> None:
+        pos = 0
+        while not self.stop.wait(0.5):
+            try:
+                with open(self.log, encoding="utf-8", errors="replace") as fh:
+                    fh.seek(pos)
+                    text = fh.read()
+            except OSError:
+                continue
+            cut = text.rfind("\n") + 1
+            pos += len(text[:cut].encode("utf-8"))
+            for line in text[:cut].splitlines():
+                if "[torch-multi]" in line:
+                    print(line[line.index("[torch-multi]"):], file=sys.stderr, flush=True)
+
+
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """Per entry: median, bootstrap 95 % interval, prediction error; over entries: Spearman."""
+    rows = []
+    for e in result["entries"]:
+        iv = bootstrap_median(e["times"])
+        row = {"label": e["label"], "torch_class": e["torch_class"], "M": e["M"],
+               "partition": e["partition"], "v": e["v"], "median": iv.median, "low": iv.low,
+               "high": iv.high, "n": iv.n, "T_pred": e["T_pred"]}
+        if e["T_pred"] is not None:
+            row["rel_error"] = abs(e["T_pred"] - iv.median) / iv.median
+        rows.append(row)
+    pred = [r for r in rows if r["T_pred"] is not None]
+    out: dict[str, Any] = {"rows": rows, "n_predicted": len(pred)}
+    if len(pred) >= 2:
+        out["spearman"] = spearman([r["T_pred"] for r in pred], [r["median"] for r in pred])
+    if pred:
+        out["median_rel_error"] = float(np.median([r["rel_error"] for r in pred]))
+    return out
+
+
+def report(command: str, meta: dict[str, Any], summary: dict[str, Any]) -> str:
+    """The markdown report, the command that regenerates it first."""
+    w = meta["workload"]
+    lines = [
+        "# torch.distributed.pipelining schedules, measured",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Workload `{w['name']}`: model `{w['model']}`, config `{json.dumps(w['config'])}`, "
+        f"B = {w['B']}, D = {D} processes (gloo), {meta['threads']} thread(s) per process, "
+        f"{meta['dtype']}, optimizer {meta['optimizer']}. {meta['rounds']} rounds after "
+        f"{meta['warmup']} warm-up rounds; each round runs every entry once in a rotating order; "
+        "an iteration is timed from a barrier to the end of the slowest rank's step and "
+        "optimizer update. Interval: percentile bootstrap (95 %) of the median over rounds.",
+        "",
+        f"Host {meta['host']}, torch {meta['torch']}, {meta['date']}; load average "
+        f"{meta['load_before']} before, {meta['load_after']} after; peak memory per process "
+        f"{', '.join(f'{x:.0f}' for x in meta['peak_rss_mib'])} MiB.",
+        "",
+        "| entry | torch class | M | partition | measured median (ms) | 95 % interval (ms) "
+        "| T_pred (ms) | \\|pred-meas\\|/meas |",
+        "|---|---|---:|---|---:|---|---:|---:|",
+    ]
+    for r in sorted(summary["rows"], key=lambda r: r["median"]):
+        pred = "-" if r["T_pred"] is None else f"{r['T_pred'] * 1e3:.1f}"
+        err = "-" if r["T_pred"] is None else f"{r['rel_error'] * 100:.1f} %"
+        lines.append(
+            f"| {r['label']} | {r['torch_class']} | {r['M']} | {r['partition']} | "
+            f"{r['median'] * 1e3:.1f} | [{r['low'] * 1e3:.1f}, {r['high'] * 1e3:.1f}] | "
+            f"{pred} | {err} |")
+    lines.append("")
+    n = summary["n_predicted"]
+    if "spearman" in summary:
+        lines.append(f"Spearman rank correlation of predicted vs measured medians over {n} "
+                     f"entries: {summary['spearman']:.3f}.")
+    if "median_rel_error" in summary:
+        lines.append(f"Median relative error |pred - meas| / meas over {n} entries: "
+                     f"{summary['median_rel_error'] * 100:.1f} %.")
+    if n == 0:
+        lines.append("No entry carries a prediction (T_pred).")
+    return "\n".join(lines) + "\n"
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("entries", nargs="?", help="entries JSON (workload + entries)")
+    ap.add_argument("--workload", help="override the file's workload (a WORKLOADS name)")
+    ap.add_argument("--rounds", type=int, default=20, help="timed rounds")
+    ap.add_argument("--warmup", type=int, default=3, help="discarded warm-up rounds")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--dtype", default="float32", help="parameters and activations")
+    ap.add_argument("--optimizer", default="adam", help="none, sgd, adam or adamw (the "
+                    "profiler's default is adam)")
+    ap.add_argument("--seed", type=int, default=0, help="weights and batch seed")
+    ap.add_argument("--timeout", type=float, default=300.0,
+                    help="seconds a rank waits on its peer before the run fails")
+    ap.add_argument("--deadline", type=float, default=3600.0, help="seconds for the whole run")
+    ap.add_argument("--out", default="results/real/torch-schedules.json",
+                    help="JSON: raw per-iteration times and the summary")
+    ap.add_argument("--report", default="results/real/torch-schedules.md",
+                    help="markdown report")
+    ap.add_argument("--run-dir", help="the launch's folder (default: a temporary one)")
+    ap.add_argument("--check-grads", action="store_true",
+                    help="instead of timing: one float64 iteration of every entry (no "
+                    "optimizer step), each parameter gradient compared with the "
+                    "single-process full-batch gradient; exit 1 on a mismatch")
+    ap.add_argument("--example", metavar="WORKLOAD",
+                    help="print an entries file for WORKLOAD (every schedule, M 4 and 8, even "
+                    "partitions) and exit")
+    ap.add_argument("--profile-command", metavar="WORKLOAD",
+                    help="print the command writing WORKLOAD's one-layer-per-stage problem")
+    args = ap.parse_args(argv)
+    try:
+        if args.example:
+            print(json.dumps(example_entries(args.example), indent=1))
+            return 0
+        if args.profile_command:
+            if args.profile_command not in WORKLOADS:
+                raise PlanRefused(f"unknown workload {args.profile_command!r}; known: "
+                                  f"{', '.join(WORKLOADS)}")
+            print(profile_command(args.profile_command))
+            return 0
+        if not args.entries:
+            ap.error("give an entries JSON file (or --example / --profile-command)")
+        if args.check_grads:
+            return check_grads(args)
+        return measure(args, argv if argv is not None else sys.argv[1:])
+    except (UmpipeError, StageFailure) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Terminated as exc:
+        print(f"measure_torch_schedules: {exc}", file=sys.stderr)
+        return 128 + exc.signum
+
+
+def load_spec(args: argparse.Namespace, **settings: Any) -> tuple[dict[str, Any],
+                                                                   TorchMultiSpec]:
+    """The workload and a checked spec of every entry of ``args.entries``."""
+    data = json.loads(Path(args.entries).read_text(encoding="utf-8"))
+    w = resolve_workload(args.workload or data.get("workload"))
+    items = data.get("entries") or []
+    if not items:
+        raise PlanRefused(f"{args.entries}: no entries")
+    n_layers = w["layers"] if w["layers"] is not None else sum(items[0].get("partition", []))
+    entries = [make_entry(it, D=D, B=w["B"], n_layers=n_layers, index=i)
+               for i, it in enumerate(items)]
+    base = {"dtype": args.dtype, "seed": args.seed, "rounds": args.rounds,
+            "warmup": args.warmup, "optimizer": args.optimizer, "timeout_s": args.timeout,
+            "threads": args.threads}
+    base.update(settings)
+    return w, TorchMultiSpec(run_id=uuid.uuid4().hex, model=w["model"], config=w["config"],
+                             B=w["B"], D=D, entries=entries, **base)
+
+
+def check_grads(args: argparse.Namespace) -> int:
+    """One float64 iteration of every entry; gradients vs the full-batch reference."""
+    import torch
+
+    from umpipe_bench.runtime.reference import reference_gradients
+
+    w, spec = load_spec(args, dtype="float64", rounds=1, warmup=0, optimizer="none",
+                        dump_grads=True)
+    with tempfile.TemporaryDirectory(prefix="umpipe-torch-grads-") as tmp:
+        run_dir = Path(args.run_dir or tmp)
+        with terminate_raises():
+            launch(spec, run_dir, deadline_s=args.deadline, stage_args=["--torch-multi"])
+        n = sum(spec.entries[0].partition)  # every entry covers the model (checked)
+        loss, per_layer = reference_gradients(w["model"], w["config"], [1] * n, w["B"],
+                                              seed=args.seed)
+        ref = {f"{i}.{k[2:]}": g for i, d in enumerate(per_layer) for k, g in d.items()}
+        bad = 0
+        for k, e in enumerate(spec.entries):
+            got: dict[str, Any] = {}
+            for r in range(D):
+                got.update(torch.load(run_dir / f"grads-e{k}-r{r}.pt",
+                                      weights_only=True)["grads"])
+            worst, missing = 0.0, sorted(set(ref) - {x for x, g in got.items() if g is not None})
+            for name, g in ref.items():
+                if got.get(name) is not None:
+                    scale = float(g.abs().max()) or 1.0
+                    worst = max(worst, float((got[name] - g).abs().max()) / scale)
+            ok = not missing and worst <= 1e-9
+            bad += not ok
+            print(f"{e.label:<40} {'ok ' if ok else 'BAD'} max |error| / max |grad| "
+                  f"{worst:.2e}" + (f", no gradient for {missing[:3]}" if missing else ""))
+    print(f"{len(spec.entries) - bad} of {len(spec.entries)} entries give the full-batch "
+          f"gradient (float64, reference loss {loss:.6f})")
+    return 1 if bad else 0
+
+
+def measure(args: argparse.Namespace, argv: list[str]) -> int:
+    """Check the entries, launch, summarize, write ``--out`` and ``--report``."""
+    w, spec = load_spec(args)
+    entries = spec.entries
+    command = "python scripts/measure_torch_schedules.py " + " ".join(map(shlex.quote, argv))
+    print(f"{len(entries)} entries on {w['name']}: {args.warmup} warm-up + {args.rounds} "
+          "rounds", file=sys.stderr, flush=True)
+    load_before = _load()
+    with tempfile.TemporaryDirectory(prefix="umpipe-torch-") as tmp:
+        run_dir = Path(args.run_dir or tmp)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        progress = _Progress(run_dir / "torchrun.log")
+        progress.start()
+        try:
+            with terminate_raises():
+                result = launch(spec, run_dir, deadline_s=args.deadline,
+                                stage_args=["--torch-multi"],
+                                extra_env={"UMPIPE_PROGRESS": "1"})
+        finally:
+            progress.stop.set()
+    summary = summarize(result)
+    meta = {"workload": w, "threads": args.threads, "dtype": args.dtype,
+            "optimizer": args.optimizer, "rounds": args.rounds, "warmup": args.warmup,
+            "host": socket.gethostname(), "torch": result["torch"],
+            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "load_before": load_before, "load_after": _load(),
+            "launch_s": round(result["launch_s"], 1),
+            "peak_rss_mib": result.get("peak_rss_mib", [])}
+    atomic_write_text(args.out, json.dumps({"command": command, **meta, "summary": summary,
+                                            "result": result}, indent=1) + "\n")
+    atomic_write_text(args.report, report(command, meta, summary))
+    for r in sorted(summary["rows"], key=lambda r: r["median"]):
+        pred = "" if r["T_pred"] is None else f"  pred {r['T_pred'] * 1e3:.1f} ms"
+        print(f"{r['label']:<40} {r['median'] * 1e3:8.1f} ms [{r['low'] * 1e3:.1f}, "
+              f"{r['high'] * 1e3:.1f}]{pred}")
+    if "spearman" in summary:
+        print(f"spearman {summary['spearman']:.3f}, median |pred-meas|/meas "
+              f"{summary['median_rel_error'] * 100:.1f} %")
+    print(f"wrote {args.out} and {args.report} ({meta['launch_s']} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""torch.distributed.pipelining's seven schedules run by the runtime (docs/MODEL.md §5): after one
+iteration in float64 every parameter gradient equals the single-process full-batch gradient;
+what torch would refuse is refused before launch; no process outlives a run or its command.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from umpipe_bench.runtime.errors import PlanRefused
+from umpipe_bench.runtime.torch_schedules import (
+    SCHEDULES,
+    TorchMultiSpec,
+    chunk_ranks,
+    make_entry,
+    rank_chunks,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+B, LAYERS = 8, 8
+# one entry per torch schedule class; unequal partitions so chunk boundaries matter
+ENTRIES = [
+    {"schedule": "gpipe", "torch_class": "ScheduleGPipe", "M": 4, "partition": [5, 3]},
+    {"schedule": "1f1b", "torch_class": "Schedule1F1B", "M": 8, "partition": [3, 5]},
+    {"schedule": "interleaved-1f1b", "torch_class": "ScheduleInterleaved1F1B", "M": 4,
+     "partition": [2, 3, 1, 2], "v": 2},
+    {"schedule": "looped-bfs", "torch_class": "ScheduleLoopedBFS", "M": 2,
+     "partition": [1, 2, 3, 2], "v": 2},
+    {"schedule": "interleaved-zb", "torch_class": "ScheduleInterleavedZeroBubble", "M": 4,
+     "partition": [2, 2, 2, 2], "v": 2},
+    {"schedule": "zbv", "torch_class": "ScheduleZBVZeroBubble", "M": 4,
+     "partition": [3, 2, 2, 1], "v": 2},
+    {"schedule": "dualpipev", "torch_class": "ScheduleDualPipeV", "M": 8,
+     "partition": [1, 2, 2, 3], "v": 2},
+]
+
+
+def _spec(tmp_path: Path, **settings) -> TorchMultiSpec:
+    entries = [make_entry(e, D=2, B=B, n_layers=LAYERS, index=i) for i, e in enumerate(ENTRIES)]
+    settings.setdefault("dtype", "float64")
+    settings.setdefault("rounds", 1)
+    settings.setdefault("warmup", 0)
+    settings.setdefault("optimizer", "none")
+    settings.setdefault("timeout_s", 60.0)
+    return TorchMultiSpec(run_id=uuid.uuid4().hex, model="tiny-mlp", config={"layers": LAYERS},
+                          B=B, D=2, entries=entries, out_dir=str(tmp_path), **settings)
+
+
+def test_layouts() -> None:
+    assert chunk_ranks("single", 2, 1) == [0, 1]
+    assert chunk_ranks("loop", 2, 2) == [0, 1, 0, 1]
+    assert chunk_ranks("v", 2, 2) == [0, 1, 1, 0]
+    assert chunk_ranks("v", 3, 2) == [0, 1, 2, 2, 1, 0]
+    assert rank_chunks("loop", 3, 3, 1) == [1, 4, 7]
+    assert rank_chunks("v", 4, 2, 1) == [1, 6]
+    assert {k.torch_class for k in SCHEDULES.values()} == {e["torch_class"] for e in ENTRIES}
+
+
+@pytest.mark.parametrize(
+    ("item", "match"),
+    [
+        ({"torch_class": "ScheduleGPipe", "M": 3, "partition": [4, 4]}, "does not divide B"),
+        ({"torch_class": "ScheduleGPipe", "M": 2, "partition": [4, 3]}, "covers 7 layers"),
+        ({"torch_class": "ScheduleGPipe", "M": 2, "partition": [2, 2, 2, 2]}, "one chunk"),
+        ({"torch_class": "Schedule1F1B", "M": 1, "partition": [4, 4]}, "M >= 2"),
+        ({"torch_class": "ScheduleZBVZeroBubble", "M": 2, "partition": [4, 4]}, "exactly 2"),
+        ({"torch_class": "ScheduleDualPipeV", "M": 2, "partition": [2, 2, 2, 2]}, "M >= 4"),
+        ({"torch_class": "ScheduleInterleaved1F1B", "M": 2, "partition": [1, 2, 2, 2, 1]},
+         "5 chunks"),
+        ({"torch_class": "ScheduleZBVZeroBubble", "M": 2, "partition": [2, 2, 2, 2], "v": 3},
+         "'v' is 3"),
+        ({"schedule": "nope", "M": 2, "partition": [4, 4]}, "no 'torch_class'"),
+        ({"torch_class": "ScheduleX", "M": 2, "partition": [4, 4]}, "'torch_class' must be"),
+    ],
+)
+def test_entries_torch_would_refuse_are_refused_before_launch(item, match) -> None:
+    with pytest.raises(PlanRefused, match=match):
+        make_entry(item, D=2, B=B, n_layers=LAYERS)
+
+
+def test_interleaved_rounds_rule_is_torchs() -> None:
+    """M = 6 on D = 4 gives 1 round (accepted); M = 10 on D = 4 gives 2 rounds (accepted);
+    M = 5 on D = 2 gives 2 rounds and 5 % 2 != 0 (refused, as torch's constructor does)."""
+    for M, D in ((6, 4), (10, 4)):
+        make_entry({"torch_class": "ScheduleInterleaved1F1B", "M": M,
+                    "partition": [1] * (2 * D)}, D=D, B=60, n_layers=2 * D)
+    with pytest.raises(PlanRefused, match="rounds"):
+        make_entry({"torch_class": "ScheduleInterleavedZeroBubble", "M": 5,
+                    "partition": [1, 1, 1, 1]}, D=2, B=10, n_layers=4)
+
+
+@pytest.mark.runtime
+def test_every_torch_schedule_gives_the_full_batch_gradient(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from umpipe_bench.runtime.launcher import launch, run_processes
+    from umpipe_bench.runtime.reference import reference_gradients
+
+    spec = _spec(tmp_path, dump_grads=True)
+    result = launch(spec, tmp_path, deadline_s=150, stage_args=["--torch-multi"])
+    assert run_processes(spec.run_id) == []
+    ref_loss, per_layer = reference_gradients("tiny-mlp", {"layers": LAYERS}, [1] * LAYERS, B)
+    ref = {f"{i}.{name[2:]}": g for i, d in enumerate(per_layer) for name, g in d.items()}
+    for k, entry in enumerate(spec.entries):
+        got: dict = {}
+        for r in range(2):
+            data = torch.load(tmp_path / f"grads-e{k}-r{r}.pt", weights_only=True)
+            assert not set(got) & set(data["grads"]), "a layer held by both ranks"
+            got.update(data["grads"])
+        assert set(got) == set(ref), entry.label
+        for name, g in ref.items():
+            assert got[name] is not None, f"{entry.label}: no gradient for {name}"
+            assert torch.allclose(got[name], g, rtol=1e-10, atol=1e-13), (
+                f"{entry.label}: gradient of {name} differs by "
+                f"{(got[name] - g).abs().max().item():.3g}")
+        row = result["entries"][k]
+        assert row["torch_class"] == entry.torch_class and len(row["times"]) == 1
+        assert row["loss"][0] == pytest.approx(ref_loss, rel=1e-12), entry.label
+
+
+@pytest.mark.runtime
+def test_failing_rank_is_named_and_nothing_survives(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from umpipe_bench.runtime.errors import StageFailure
+    from umpipe_bench.runtime.launcher import launch, run_processes
+
+    spec = _spec(tmp_path)
+    spec.entries = spec.entries[:2]
+    with pytest.raises(StageFailure) as info:
+        launch(spec, tmp_path, deadline_s=120, stage_args=["--torch-multi"],
+               extra_env={"UMPIPE_FAULT": "raise:1"})
+    assert info.value.stage == 1 and "injected fault at rank 1" in str(info.value)
+    assert run_processes(spec.run_id) == []
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_measure_script_processes_die_with_it(tmp_path: Path, sig: int) -> None:
+    """scripts/measure_torch_schedules.py killed while its ranks run leaves no process."""
+    pytest.importorskip("torch")
+    from tests.test_orphans import _env, _kill_and_check
+
+    plan = tmp_path / "entries.json"
+    plan.write_text(json.dumps({"workload": {"model": "tiny-mlp", "config": {"layers": LAYERS},
+                                             "B": B}, "entries": ENTRIES[:2]}))
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "measure_torch_schedules.py"), str(plan),
+         "--rounds", "1", "--warmup", "0", "--out", str(tmp_path / "out.json"),
+         "--report", str(tmp_path / "r.md"), "--timeout", "600"],
+        cwd=tmp_path, env=_env(UMPIPE_FAULT="hang:1"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _kill_and_check(proc, sig, want=3, settle=2.0)
+
+
+def _measure_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "measure_torch_schedules", ROOT / "scripts" / "measure_torch_schedules.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_example_entries_and_profile_commands_fit_their_workloads() -> None:
+    from umpipe_bench.cli import build_parser
+    from umpipe_bench.runtime.torch_schedules import WORKLOADS
+
+    mts = _measure_script()
+    for name, w in WORKLOADS.items():
+        data = mts.example_entries(name)
+        entries = [make_entry(e, D=2, B=w["B"], n_layers=w["layers"], index=i)
+                   for i, e in enumerate(data["entries"])]
+        assert {e.torch_class for e in entries} == set(SCHEDULES)
+        args = build_parser().parse_args(mts.profile_command(name).split()[1:])
+        assert args.model == w["model"] and args.batch == w["B"]
+        assert dict(args.config) == w["config"]
+        assert args.layers_per_stage is None and args.stages is None  # one layer per stage
+
+
+def test_summary_of_a_perfect_prediction() -> None:
+    mts = _measure_script()
+    times = {"a": [0.3, 0.1, 0.2], "b": [0.4, 0.5, 0.6], "c": [0.9, 0.7, 0.8]}
+    result = {"entries": [{"label": k, "torch_class": "ScheduleGPipe", "M": 2,
+                           "partition": [4, 4], "v": 1, "times": t, "T_pred": sorted(t)[1]}
+                          for k, t in times.items()]}
+    summary = mts.summarize(result)
+    assert [r["median"] for r in summary["rows"]] == [0.2, 0.5, 0.8]
+    assert summary["spearman"] == pytest.approx(1.0)
+    assert summary["median_rel_error"] == pytest.approx(0.0)
+    result["entries"][0]["T_pred"] = 0.3  # 50 % too high, ranks unchanged
+    summary = mts.summarize(result)
+    assert summary["rows"][0]["rel_error"] == pytest.approx(0.5)
+    assert summary["spearman"] == pytest.approx(1.0)
+    assert summary["median_rel_error"] == pytest.approx(0.0)
+    meta = {"workload": {"name": "w", "model": "m", "config": {}, "B": 8}, "threads": 1,
+            "dtype": "float32", "optimizer": "adam", "rounds": 3, "warmup": 1, "host": "h",
+            "torch": "t", "date": "d", "load_before": "0", "load_after": "0",
+            "peak_rss_mib": [1.0, 2.0]}
+    text = mts.report("python scripts/measure_torch_schedules.py x.json", meta, summary)
+    assert text.splitlines()[2] == "Command: `python scripts/measure_torch_schedules.py x.json`"
+    assert "Spearman rank correlation of predicted vs measured medians over 3 entries: 1.000" \
+        in text
+
+
+def test_workload_from_a_profiled_problem() -> None:
+    mts = _measure_script()
+    w = mts.resolve_workload("gpt1-mini-s2")
+    assert (w["model"], w["B"], w["config"]["blocks"]) == ("gpt1-mini", 32, 12)
+    assert mts.resolve_workload({"model": "tiny-mlp", "B": 8})["name"] == "tiny-mlp-b8"
+    with pytest.raises(PlanRefused, match="unknown workload"):
+        mts.resolve_workload("no-such-workload")

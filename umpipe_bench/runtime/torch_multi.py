@@ -1,0 +1,274 @@
+"""One rank of a torch-schedules launch: every entry's ``PipelineStage`` chunks and schedule on
+this rank, timed round by round in a rotating order (docs/MODEL.md §5).
+
+Started by the launcher as ``python -m umpipe_bench.runtime.stage_main --torch-multi --spec
+run.json`` (one process per rank, ``torchrun``). Each rank builds the whole model once (same
+seed and dtype on every rank, so the same parameters as the single-process reference) and
+makes each entry's chunks as ``nn.Sequential`` views of those layers: entries share the
+parameters, so holding many entries costs no extra parameter memory. The loss is
+``sum / B`` with ``scale_grads=False``: the gradient of every entry is the full-batch gradient
+(docs/MODEL.md §5). One optimizer per rank covers all layers; it only steps the parameters
+that received a gradient (every gradient is reset to ``None`` before an iteration), i.e.
+this rank's chunks of the entry just run.
+
+Round ``k`` runs every entry once, starting at entry ``k mod E``, so drift of the machine hits
+all entries alike. An iteration is timed on every rank from a barrier to the end of its own
+step and optimizer update; the iteration's time is the slowest rank's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .errors import PlanRefused
+from .stages import parse_dtype
+from .torch_schedules import TorchEntry, TorchMultiSpec, chunk_layers, rank_chunks
+from .worker import FAULT_ENV, _optimizer, write_failure
+
+__all__ = ["TorchScheduleRunner", "main", "run_rank"]
+
+
+class TorchScheduleRunner:
+    """One entry on one rank: its chunks as ``PipelineStage`` objects and the schedule."""
+
+    def __init__(
+        self,
+        entry: TorchEntry,
+        rank: int,
+        D: int,
+        B: int,
+        layers: list[nn.Module],
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        device: torch.device,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+    ) -> None:
+        import torch.distributed.pipelining as pp
+
+        self.entry = entry
+        kind = entry.kind
+        C = len(entry.partition)
+        groups = chunk_layers(entry.partition)
+        self.chunks = rank_chunks(kind.layout, D, entry.v, rank)
+        self.layer_ids = [i for c in self.chunks for i in groups[c]]
+        self.first = 0 in self.chunks
+        self.last = C - 1 in self.chunks
+        self.inputs = inputs if self.first else None
+        self.targets = targets if self.last else None
+        stages = [
+            pp.PipelineStage(nn.Sequential(*(layers[i] for i in groups[c])), c, C, device)
+            for c in self.chunks
+        ]
+
+        def loss(out: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+            return loss_fn(out, tgt) / B
+
+        cls = getattr(pp, entry.torch_class)
+        target = stages[0] if kind.layout == "single" else stages
+        self.schedule = cls(target, entry.M, loss_fn=loss, scale_grads=False)
+
+    def step(self) -> float | None:
+        """One iteration; on the rank holding the last chunk, the loss (sum over
+        microbatches of ``sum / B``, i.e. the full-batch loss)."""
+        losses: list[torch.Tensor] = []
+        args = (self.inputs,) if self.first else ()
+        if self.last:
+            self.schedule.step(*args, target=self.targets, losses=losses, return_outputs=False)
+            return float(sum(float(x.detach()) for x in losses))
+        self.schedule.step(*args, return_outputs=False)
+        return None
+
+
+def _fault(rank: int) -> None:
+    """Test hook: ``UMPIPE_FAULT=raise:<rank>`` or ``hang:<rank>`` before the first round."""
+    spec = os.environ.get(FAULT_ENV, "")
+    if not spec:
+        return
+    kind, _, who = spec.partition(":")
+    if int(who.split(":")[0]) != rank:
+        return
+    if kind == "raise":
+        raise RuntimeError(f"injected fault at rank {rank}")
+    if kind == "hang":
+        while True:
+            time.sleep(1.0)
+    raise ValueError(f"{FAULT_ENV}={spec!r}: torch-multi runs know only raise and hang")
+
+
+def run_rank(spec: TorchMultiSpec, rank: int, world: int) -> dict[str, Any] | None:
+    """Build every entry on this rank, run warm-up then timed rounds; rank 0 returns (and
+    writes ``result.json``) the results."""
+    from problems.models import get_model
+
+    if world != spec.D:
+        raise ValueError(f"launched with WORLD_SIZE={world} but the spec has D={spec.D} ranks")
+    torch.set_num_threads(max(1, spec.threads))
+    device = torch.device("cpu")
+    if spec.backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(spec.backend, timeout=timedelta(seconds=spec.timeout_s))
+    model = get_model(spec.model)
+    dtype = parse_dtype(spec.dtype)
+    layers = [m.to(device).train() for m in model.build(dict(spec.config), dtype, spec.seed)]
+    for e in spec.entries:
+        if sum(e.partition) != len(layers):
+            raise PlanRefused(f"entry {e.label!r}: partition {e.partition} covers "
+                              f"{sum(e.partition)} layers but {spec.model} has {len(layers)}")
+    inputs, targets = model.sample_batch(spec.B, dict(spec.config), spec.seed, dtype)
+    inputs, targets = inputs.to(device), targets.to(device)
+    runners = [
+        TorchScheduleRunner(e, rank, spec.D, spec.B, layers, model.loss, device, inputs, targets)
+        for e in spec.entries
+    ]
+    params = [p for m in layers for p in m.parameters() if p.requires_grad]
+    opt = _optimizer(spec.optimizer, params, spec.lr)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    out_dir = Path(spec.out_dir)
+    E, N = len(runners), spec.rounds
+    record = torch.full((E, max(N, 1), 2), float("nan"), dtype=torch.float64)
+    orders: list[list[int]] = []
+    _fault(rank)
+    gc.collect()
+    gc.freeze()
+    for rnd in range(spec.warmup + N):
+        order = [(rnd + j) % E for j in range(E)]
+        if rnd >= spec.warmup:
+            orders.append(order)
+        if rank == 0 and os.environ.get("UMPIPE_PROGRESS"):
+            what = "warm-up" if rnd < spec.warmup else "round"
+            n = rnd + 1 if rnd < spec.warmup else rnd - spec.warmup + 1
+            print(f"[torch-multi] {what} {n}/{spec.warmup if rnd < spec.warmup else N}",
+                  file=sys.stderr, flush=True)
+        for k in order:
+            gc.collect()
+            dist.barrier()
+            gc.disable()
+            try:
+                t0 = time.perf_counter()
+                for p in params:
+                    p.grad = None
+                loss = runners[k].step()
+                if spec.dump_grads and rnd == spec.warmup:
+                    _dump_grads(out_dir, k, rank, layers, runners[k], loss)
+                if opt is not None:
+                    opt.step()
+                sync()
+                t1 = time.perf_counter()
+            finally:
+                gc.enable()
+            if rnd >= spec.warmup:
+                record[k, rnd - spec.warmup] = torch.tensor(
+                    [t1 - t0, float("nan") if loss is None else loss], dtype=torch.float64
+                )
+    gathered = [torch.zeros_like(record) for _ in range(world)]
+    dist.all_gather(gathered, record)
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss], dtype=torch.int64)
+    every_rss = [torch.zeros_like(rss) for _ in range(world)]
+    dist.all_gather(every_rss, rss)
+    result = None
+    if rank == 0:
+        result = _result(spec, torch.stack(gathered), orders)
+        result["peak_rss_mib"] = [round(int(x) / 1024, 1) for x in every_rss]
+        tmp = out_dir / "result.json.tmp"
+        tmp.write_text(json.dumps(result) + "\n", encoding="utf-8")
+        os.replace(tmp, out_dir / "result.json")
+    dist.barrier()
+    return result
+
+
+def _dump_grads(
+    out_dir: Path, k: int, rank: int, layers: list[nn.Module], runner: TorchScheduleRunner,
+    loss: float | None,
+) -> None:
+    """This rank's gradients of entry ``k``, keyed ``"<layer>.<parameter>"`` (layer = index in
+    the whole model), for the correctness check against the full-batch reference."""
+    grads = {
+        f"{i}.{name}": (p.grad.detach().cpu().clone() if p.grad is not None else None)
+        for i in runner.layer_ids
+        for name, p in layers[i].named_parameters()
+    }
+    torch.save({"grads": grads, "loss": loss}, out_dir / f"grads-e{k}-r{rank}.pt")
+
+
+def _result(
+    spec: TorchMultiSpec, allr: torch.Tensor, orders: list[list[int]]
+) -> dict[str, Any]:
+    """Rank 0's summary: per entry the per-round times (slowest rank) and per-rank times."""
+    entries = []
+    for k, e in enumerate(spec.entries):
+        wall = allr[:, k, : spec.rounds, 0]  # [rank, round]
+        loss = allr[:, k, : spec.rounds, 1]
+        holder = [r for r in range(allr.shape[0]) if not torch.isnan(loss[r]).all()]
+        entries.append({
+            "label": e.label,
+            "torch_class": e.torch_class,
+            "M": e.M,
+            "partition": e.partition,
+            "v": e.v,
+            "T_pred": e.T_pred,
+            "chunks_per_rank": [rank_chunks(e.kind.layout, spec.D, e.v, r)
+                                for r in range(spec.D)],
+            "times": wall.max(dim=0).values.tolist(),
+            "rank_times": wall.tolist(),
+            "loss": loss[holder[0]].tolist() if holder else [],
+        })
+    return {
+        "run_id": spec.run_id,
+        "model": spec.model,
+        "config": spec.config,
+        "B": spec.B,
+        "D": spec.D,
+        "dtype": spec.dtype,
+        "optimizer": spec.optimizer,
+        "threads": spec.threads,
+        "backend": spec.backend,
+        "torch": torch.__version__,
+        "host": socket.gethostname(),
+        "rounds": spec.rounds,
+        "warmup": spec.warmup,
+        "orders": orders,
+        "entries": entries,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of one rank (``RANK`` / ``WORLD_SIZE`` from ``torchrun``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m umpipe_bench.runtime.stage_main --torch-multi",
+        description="One rank of a torch.distributed.pipelining schedules run (torchrun).",
+    )
+    parser.add_argument("--spec", required=True, help="spec JSON written by the launcher")
+    args = parser.parse_args(argv)
+    spec = TorchMultiSpec.load(args.spec)
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        run_rank(spec, rank, world)
+    except BaseException as exc:
+        write_failure(spec.out_dir, rank, exc)
+        print(f"[umpipe] rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)  # a clean shutdown could block on the process group
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
