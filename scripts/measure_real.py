@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The real result of issue 5: planner plan vs the best EDP GPipe and 1F1B plans, executed.
+"""Measured speedups: planner plan vs the best EDP GPipe and 1F1B plans, executed.
 
 For each problem:
 
