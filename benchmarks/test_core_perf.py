@@ -44,7 +44,7 @@ RATIO_LIMIT = 2.0  # fail when (code / reference kernel) doubles; measured sprea
 PAIR_SECONDS = 1.0  # interleaved measuring time per ratio
 BLOCK = 0.005  # seconds: the shortest timed block
 
-PROBLEM = synthetic_problem(14, 64, 0, name="perf-s14-b64")  # PERF-ANCHORS.md's shape
+PROBLEM = synthetic_problem(14, 64, 0, name="perf-s14-b64")  # scripts/planner_ratios.py's shape
 P = 256
 
 _rng = np.random.default_rng(0)
@@ -112,7 +112,7 @@ def check(benchmark: Any, request: pytest.FixtureRequest, fn: Callable[[], Any])
 
 
 def population(mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """Random dual-chromosome plans, cut density 0.3 (PERF-ANCHORS.md)."""
+    """Random dual-chromosome plans, cut density 0.3."""
     rng = np.random.default_rng(1)
     shape = (P, PROBLEM.S, PROBLEM.B - 1)
     fb = (rng.random(shape) < 0.3).astype(np.uint8)

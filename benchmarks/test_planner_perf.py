@@ -1,4 +1,4 @@
-"""DGAP vs TiDGAP speed at P = 256, S = 14, B = 64 (issue 4's goals; PERF-ANCHORS.md).
+"""DGAP vs TiDGAP speed at P = 256, S = 14, B = 64 (the goals of scripts/planner_ratios.py).
 
 Run with ``pytest benchmarks --benchmark-enable`` (without the flag every benchmark runs once,
 as a smoke test). No timing is asserted: this machine's speed drifts 2x; for the ratios
@@ -39,7 +39,7 @@ MODES = ("stash", "recompute")
 
 
 def _population(problem: Problem, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Random dual-chromosome plans, cut density 0.3 (as in PERF-ANCHORS.md)."""
+    """Random dual-chromosome plans, cut density 0.3."""
     rng = np.random.default_rng(seed)
     shape = (P, problem.S, problem.B - 1)
     return ((rng.random(shape) < 0.3).astype(np.uint8),

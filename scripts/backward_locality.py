@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Does a backward cost less when it directly follows its own forward? (issue 14, part 4)
+"""Does a backward cost less when it directly follows its own forward?
 
 1F1B runs ``F(j) B(j')`` close together, GPipe runs every forward of a stage before its first
 backward; the profiler times a backward right after its forward (docs/MODEL.md §1, as 1F1B

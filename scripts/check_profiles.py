@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Does a profile predict reality? (issue 3)
+"""Does a profile predict reality?
 
 For each committed problem (default: the two ``-mini-s2`` ones), rebuild the model from the
 file's provenance and time, in one process, one whole mini-batch of B samples as M microbatches

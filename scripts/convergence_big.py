@@ -2,7 +2,7 @@
 
 Runs TiDGAP with its default budget and with twice that on ``synthetic_problem(64, 1024, 0)``
 (TiDGAP's ``--seed``, 0 by default) and times greedy-dp (the seeding construction) in the same
-process. Goal (issue 10): at most 1 % further gain from doubling the budget; greedy-dp at most
+process. Goal: at most 1 % further gain from doubling the budget; greedy-dp at most
 10 % of a default run.
 
     python scripts/convergence_big.py [--modes stash recompute] >> results/perf/convergence.md

@@ -2,7 +2,7 @@
 
 Single populations (``islands=1``) of ``--population`` on one problem and mode, seeds
 ``0..N-1``, two processes at a time, one thread each. The evidence behind TiDGAP's islands
-(results/perf/quality.md, session 17): runs that end far from the best plan are already far
+(results/perf/quality.md): runs that end far from the best plan are already far
 behind after an eighth of the budget, so racing islands can drop them early.
 
     python scripts/early_outcome.py vgg16 stash --population 256 --seeds 12 \\

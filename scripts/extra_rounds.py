@@ -3,8 +3,7 @@
 Round ``r`` of a run with seed ``s`` has its own random stream (``SeedSequence(s).spawn(R)[r]``,
 the same for any R > r), a 1,000,000-evaluation share, and the first round's seed plans. So
 the best of eight rounds is about min(the four-round default's result, rounds 4-7 run here);
-about, because a run's last round gets the rest of the budget, not exactly its share
-(results/perf/quality.md, session 20).
+about, because a run's last round gets the rest of the budget, not exactly its share.
 
     PYTHONPATH=. python scripts/extra_rounds.py --mode stash --seeds 0 2 3 --out F
 """

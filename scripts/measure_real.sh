@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real result of issue 5, end to end: plans (planner or fallback search, best EDP GPipe and
+# Measured speedups, end to end: plans (planner or fallback search, best EDP GPipe and
 # 1F1B by the simulator), then `umpipe-bench execute` A/B in one run per problem, with the
 # torch.distributed.pipelining peer check. Writes results/real/{<problem>.csv,<problem>.json,README.md}.
 #

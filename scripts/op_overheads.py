@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What each plan costs per op on the runtime, against the profile (issue 14, part 4).
+"""What each plan costs per op on the runtime, against the profile.
 
 Reads the per-op timers that ``scripts/measure_real.py --op-times`` keeps
 (``<run>/op-times/op-times-s<rank>.json``, umpipe_bench/runtime/executor.py ``OpTime``) and the

@@ -2,9 +2,9 @@
 
 Population evaluation and one whole generation at P = 256 on a 14-stage, B = 64 synthetic
 problem (and ``gpt1-14`` when ``problems/data/gpt1-14.json`` exists), both memory modes.
-Issue 4's goals: evaluation >= 100x faster than one individual at a time, a generation >= 20x
+Goals: evaluation >= 100x faster than one individual at a time, a generation >= 20x
 faster than DGAP's. Speeds on this machine drift 2x minute to minute, so only ratios taken in
-one interleaved run mean anything (PERF-ANCHORS.md).
+one interleaved run mean anything.
 
     python scripts/planner_ratios.py [--rounds 7] [--json]
 """

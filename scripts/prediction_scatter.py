@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Prediction quality over many plans (issue 14): measured against predicted iteration time.
+"""Prediction quality over many plans: measured against predicted iteration time.
 
 A planner is only as good as the ordering its model gives. For each problem this executes, in
 one run and alternately (docs/MODEL.md §5), at least 12 plans spread over the predicted range:
@@ -154,7 +154,7 @@ def plot(all_data: list[dict[str, Any]], path: Path) -> None:
 
 def markdown(all_data: list[dict[str, Any]]) -> str:
     lines = [
-        "## Prediction quality over many plans (issue 14)",
+        "## Prediction quality over many plans",
         "",
         "Each problem's plans run in one `execute` run, alternately, one process per stage "
         "(gloo, 1 thread); measured = median iteration; predicted by the simulator from the "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Capture every committed CPU problem file in problems/data/ (issue 3), one thread per stage.
+# Capture every committed CPU problem file in problems/data/, one thread per stage.
 #
 #   bash scripts/profile_all.sh            # all six, ~19 min on the shared 2-core machine
 #   bash scripts/profile_all.sh gpt1-mini-s2 vgg16-mini-s2    # just some of them
@@ -40,7 +40,7 @@ sel() { [[ -z "$SELECTED" ]] || [[ " $SELECTED " == *" $1 "* ]]; }
 
 sel gpt1-mini-s2 && run gpt1-mini-s2 gpt1-mini --batch 32 --stages 2 --repeats 9 --warmup 2 --co-run
 sel vgg16-mini-s2 && run vgg16-mini-s2 vgg16-mini --batch 32 --stages 2 --repeats 9 --warmup 2 --co-run
-# issue 14's workload (how it was chosen: results/real/README.md); sgd, as it was measured
+# vgg16-stem-s2 (how it was chosen: results/real/workload.md); sgd, as it was measured
 sel vgg16-stem-s2 && run vgg16-stem-s2 vgg16-stem --batch 16 --layers-per-stage 3,4 \
     --optimizer sgd --repeats 9 --warmup 2 --co-run
 sel vgg16 && run vgg16 vgg16 --batch 32 --image 64 --repeats 5 --warmup 1

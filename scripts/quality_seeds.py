@@ -5,9 +5,9 @@ one JSON line per run: T, wall time, evaluations and the history's ``(wall_time,
 (typed :class:`umpipe_bench.planners.loop.History`, or the DEAP Logbook rows of older builds),
 so runs of two builds can be compared afterwards with ``--table``:
 
-    python scripts/quality_seeds.py --out results/perf/quality-after.jsonl
-    python scripts/quality_seeds.py --table results/perf/quality-before.jsonl \
-        results/perf/quality-after.jsonl
+    python scripts/quality_seeds.py --build A --out a.jsonl     # on build A
+    python scripts/quality_seeds.py --build B --out b.jsonl     # on build B
+    python scripts/quality_seeds.py --table a.jsonl b.jsonl
 
 The table's reference is the best T any run in the given files found (per problem and mode);
 "time to 0.5 %" is the wall time at which a run's best first came within 0.5 % of it (the

@@ -1,4 +1,4 @@
-"""The search engine's own costs, as same-run ratios (issue 10; PERF-ANCHORS.md's method).
+"""The search engine's own costs, as same-run ratios.
 
 Speeds on this machine drift 2x minute to minute and other work shares its 2 cores, so every
 figure is a ratio of two things measured interleaved in one run (medians over ``--rounds``),

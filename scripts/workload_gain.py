@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Predicted UEDP gain of candidate workloads (issue 14: how the new 2-stage problem was chosen).
+"""Predicted UEDP gain of candidate workloads (how vgg16-stem-s2 was chosen).
 
 For each problem file (or registered name): the best EDP(M) plan under ``gpipe`` and ``1f1b``
 in both memory modes (umpipe_bench/planners/reference.py), the best plan a planner finds in

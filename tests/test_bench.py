@@ -403,3 +403,16 @@ def test_one_label_may_run_under_disjoint_memory_caps():
         "planners": [{"name": "gpipe"}, {"name": "gpipe", "memory_caps": ["50%", "1GiB"]}],
     })
     assert sorted(c.memory_cap for c in cfg.cells()) == ["1GiB", "50%", "none"]
+
+
+def test_no_terminal_gives_one_line_per_cell(tmp_path, capsys):
+    """Without a terminal (a log, a pipe) the bar is off, so each finished cell says so."""
+    summary = run_matrix(_config(), tmp_path)  # progress=None: pytest's stderr is no tty
+    err = capsys.readouterr().err.splitlines()
+    lines = [ln for ln in err if ln.startswith("bench t: ")]
+    assert len(lines) == summary.total == 3
+    assert [ln.split()[2] for ln in lines] == ["1/3", "2/3", "3/3"]
+    assert all(": T " in ln for ln in lines)
+    # --no-progress (progress=False) stays silent
+    run_matrix(_config(), tmp_path / "quiet", progress=False)
+    assert "bench t: " not in capsys.readouterr().err

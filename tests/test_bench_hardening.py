@@ -1,4 +1,4 @@
-"""Bench failures a new user met (issue 13): stale resume keys, lost rows under concurrent
+"""Bench failures a new user can meet: stale resume keys, lost rows under concurrent
 writers, exit status with failed cells, leaderboards that cannot be read whole.
 
 Planners are the test doubles of :mod:`tests.test_bench` or the real ``tidgap-tuned`` on the

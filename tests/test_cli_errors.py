@@ -1,6 +1,5 @@
 """Bad input gets one line naming the option and exit code 2, never a traceback, and nothing
-is left behind (issue 13, items 6, 7 and 9). Each case failed with a traceback, a wrong
-message or a side effect before.
+is left behind: a traceback, a vague message or a side effect would each be a bug.
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ GA_SPACE = "auto"  # the family where exact can enumerate it, else the GPipe spa
 @pytest.mark.parametrize("S,B,pseed", [(2, 5, 0), (3, 4, 1), (2, 6, 2)])
 def test_gas_reach_exact(planner, mode, S, B, pseed):
     """DGAP and TiDGAP near the optimum on tiny problems at evals:3000: over the seeds, the
-    median within 0.5 % and every seed within 2 % (issue 10's criterion; 10 seeds for TiDGAP,
+    median within 0.5 % and every seed within 2 % (results/perf/quality.md's criterion; 10 seeds for TiDGAP,
     3 for DGAP, whose list-simulator fitness is slow). Every seed within 0.5 % held for seeds
     0-2 only by luck: TiDGAP's runs stop at +0.42-0.48 % on some seeds of (3, 4, 1) and
     (2, 6, 2), a local optimum one coordinated change away (100k evaluations reach it)."""

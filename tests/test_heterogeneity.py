@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -94,3 +95,22 @@ def test_cli_list_and_bad_input(capsys, tmp_path):
     assert "--modes: unknown mode 'keep'" in capsys.readouterr().err
     assert main(["study", "--out", str(tmp_path), "--report-only"]) == 2
     assert "run 'umpipe-bench study' first" in capsys.readouterr().err
+
+
+def test_study_default_out_is_not_a_committed_folder():
+    """A trial `umpipe-bench study` must not overwrite the committed map (results/published)."""
+    import argparse
+    import subprocess
+
+    from umpipe_bench.cli import build_parser
+
+    parser = build_parser("study")
+    sp = next(a for a in parser._actions
+              if isinstance(a, argparse._SubParsersAction)).choices["study"]
+    out = sp.parse_args([]).out
+    root = Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(["git", "ls-files", "--", out], cwd=root, capture_output=True,
+                             text=True).stdout
+    assert not tracked.strip(), f"study --out defaults to {out}, which holds committed files"
+    assert not (root / out).resolve().is_relative_to((root / "results" / "published").resolve())
+    assert out in sp.format_help()

@@ -1,4 +1,4 @@
-"""No two modules of the package import each other (issue 13: plots <-> report).
+"""No two modules of the package import each other (a cycle such as plots <-> report).
 
 Every ``import`` and ``from ... import`` in every module (at top level or inside a function:
 a lazy import is still a dependency) is resolved to a module of ``umpipe_bench``, ``problems``

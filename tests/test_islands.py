@@ -45,13 +45,13 @@ def test_race_keeps_the_better_half_at_the_race_points(mode):
     assert points == [0.25, 0.5]
     culls = []
     while not loop.termination.reached(loop.evaluations, 0, 0.0, algo.ask_size()):
-        before = list(algo.active)
+        was_active = list(algo.active)
         g = algo.ask()
         algo.tell(g, loop.evaluate(g))
         assert algo.used == loop.evaluations
-        if algo.active != before:
-            keys = sorted((algo._key(algo.islands[i]), i) for i in before)
-            assert algo.active == sorted(i for _, i in keys[:len(before) // 2])
+        if algo.active != was_active:
+            keys = sorted((algo._key(algo.islands[i]), i) for i in was_active)
+            assert algo.active == sorted(i for _, i in keys[:len(was_active) // 2])
             culls.append(loop.evaluations / budget.evaluations)
     assert len(culls) == 2 and algo.active and len(algo.active) == 1
     # each halving happens at the first generation that reaches its budget fraction
@@ -102,14 +102,14 @@ def test_a_stalled_last_island_retires_and_the_best_stopped_one_resumes():
     algo.setup(loop.evaluate)
     switches = []
     while not loop.termination.reached(loop.evaluations, 0, 0.0, algo.ask_size()):
-        before = list(algo.active)
-        frozen = {j: algo.islands[j].generation for j in range(4) if j not in before}
+        was_active = list(algo.active)
+        frozen = {j: algo.islands[j].generation for j in range(4) if j not in was_active}
         g = algo.ask()
         algo.tell(g, loop.evaluate(g))
         for j, gen in frozen.items():  # stopped islands do not move
             assert algo.islands[j].generation == gen or j in algo.active
-        if len(before) == 1 and algo.active != before:
-            i = before[0]
+        if len(was_active) == 1 and algo.active != was_active:
+            i = was_active[0]
             assert algo.islands[i].stale >= algo.revive_after
             candidates = [j for j in range(4) if j != i and j not in algo.retired | {i}]
             assert algo.active[0] == min(candidates + algo.active,
@@ -211,17 +211,17 @@ def test_mixed_islands_seed_half_and_keep_one_of_each_kind_at_the_first_halving(
             assert (seeds <= held) if i < 2 else not (seeds & held)
     seen = []
     while not loop.termination.reached(loop.evaluations, 0, 0.0, algo.ask_size()):
-        before = list(algo.active)
+        was_active = list(algo.active)
         g = algo.ask()
         algo.tell(g, loop.evaluate(g))
-        if algo.active != before:
-            best = {kind: min((i for i in before if (i < 2) == kind),
+        if algo.active != was_active:
+            best = {kind: min((i for i in was_active if (i < 2) == kind),
                               key=lambda i: algo._key(algo.islands[i]), default=None)
                     for kind in (True, False)}
-            if len(before) == 4:
+            if len(was_active) == 4:
                 assert algo.active == sorted([best[True], best[False]])
             else:
-                assert algo.active == [min(before, key=lambda i: algo._key(algo.islands[i]))]
+                assert algo.active == [min(was_active, key=lambda i: algo._key(algo.islands[i]))]
             seen.append(len(algo.active))
     assert seen == [2, 1]
     genome, T = algo.best()

@@ -1,4 +1,4 @@
-"""Nothing outlives its command (issue 13, item 3): SIGTERM or SIGKILL the parent of
+"""Nothing outlives its command: SIGTERM or SIGKILL the parent of
 ``bench --jobs 2`` or ``execute``, then read /proc: none of its descendants may remain.
 
 Every wait is bounded; a failing test kills what it found, so it leaves nothing behind either.

@@ -1,4 +1,4 @@
-"""One contract for every registered planner (STYLE.md habit 5).
+"""One contract for every registered planner.
 
 For each planner, problem and memory mode: the plan is valid for the problem, the reported T
 is the simulator's T for that plan under the reported schedule, the same seed gives the same

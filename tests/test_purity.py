@@ -1,4 +1,4 @@
-"""STYLE.md habit 1: the pure core (problems, plans, schedules, simulator, planners, baselines,
+"""The pure core (problems, plans, schedules, simulator, planners, baselines,
 registries, CLI parsing) imports no torch; only the profiler and the runtime do."""
 
 from __future__ import annotations

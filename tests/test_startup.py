@@ -1,5 +1,5 @@
 """Start-up: the CLI's light commands import no heavy library; numba kernels are cached on
-disk, so a second process compiles nothing (issue 10; docs/ARCHITECTURE.md)."""
+disk, so a second process compiles nothing (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One tune study, two worker processes, one database: PostgreSQL (a server the test starts)
 and SQLite. Every trial is kept once, the defaults are enqueued once, and the study can then be
-judged and saved (README "Tuning on several machines")."""
+judged and saved (docs/TUNE.md, "Several workers, one database")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One base class for every error a user can cause (STYLE.md habit 13).
+"""One base class for every error a user can cause.
 
 The command line turns a :class:`UmpipeError` into one line on stderr and exit code 2; any
 other exception is a bug and keeps its traceback (see ``docs/ARCHITECTURE.md``, "Errors").

@@ -1,4 +1,4 @@
-"""Problem and planner registries, filled by entry points (STYLE.md habit 3).
+"""Problem and planner registries, filled by entry points.
 
 * group ``umpipe_bench.problems``: each entry is a zero-argument callable returning a mapping
   ``name -> zero-argument callable returning a Problem``;

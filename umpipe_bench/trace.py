@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,13 @@ from typing import Any
 from .problem import atomic_write_text
 from .simulator import Timeline
 
-__all__ = ["COLORS", "chrome_trace", "save_chrome_trace", "save_gantt"]
+__all__ = ["COLORS", "chrome_trace", "gantt_figure", "save_chrome_trace", "save_gantt"]
 
 COLORS = {"F": "#4C72B0", "B": "#DD8452", "O": "#55A868", "act": "#8172B3", "grad": "#C44E52"}
 _NAMES = {"F": "forward", "B": "backward", "O": "optimizer"}
+#: Characters per title line: the 11-inch figure holds about 120 at 10 pt.
+TITLE_CHARS = 100
+GANTT_DPI = 130
 
 
 def chrome_trace(tl: Timeline) -> dict[str, Any]:
@@ -75,7 +79,10 @@ def _draw(ax: Any, tl: Timeline, title: str, labels: bool) -> None:
     ax.set_yticks(range(S))
     ax.set_yticklabels([f"stage {S - 1 - y}" for y in range(S)])
     ax.set_ylim(-0.6, S - 0.35)
-    ax.set_title(f"{title}   T = {tl.iteration_time * 1e3:.2f} ms", fontsize=10, loc="left")
+    # T first, so a long title never hides it; wrapped to the axes (tight_layout then makes
+    # room for every line above the bars).
+    text = f"T = {tl.iteration_time * 1e3:.2f} ms · {title}"
+    ax.set_title(textwrap.fill(text, width=TITLE_CHARS), fontsize=10, loc="left")
     ax.grid(axis="x", alpha=0.3)
 
 
@@ -88,8 +95,26 @@ def save_gantt(
     """Draw one or more timelines stacked on one shared time axis and save a PNG.
 
     Bars are labelled with their microbatch size when wide enough; thin bars under each stage
-    are its outgoing transfers (purple: activations, red: gradients).
+    are its outgoing transfers (purple: activations, red: gradients). Each panel's title
+    starts with its iteration time T and wraps to the figure's width.
     """
+    import matplotlib.pyplot as plt
+
+    fig = gantt_figure(timelines, titles, labels)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=GANTT_DPI)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def gantt_figure(
+    timelines: Timeline | Sequence[Timeline],
+    titles: Sequence[str] | None = None,
+    labels: bool = True,
+) -> Any:
+    """The matplotlib figure :func:`save_gantt` saves (laid out; the caller closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -111,9 +136,4 @@ def save_gantt(
                 ("act", "activation transfer"), ("grad", "gradient transfer"))]
     fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=130)
-    plt.close(fig)
-    os.replace(tmp, path)
+    return fig

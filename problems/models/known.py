@@ -5,7 +5,7 @@ forward does exactly ``2 * rows * hidden**2 * work[i]`` flops per sample and its
 twice that. With the default ``work = (1, 4, 1, 16)`` a correct profiler must rank layer 3 far
 above layer 1, which is far above layers 0 and 2, and stage costs must grow with the number of
 samples: tests check those orderings and rough ratios (the torchgpipe habit of testing the
-profiler on layers whose answer is known in advance, STYLE.md).
+profiler on layers whose answer is known in advance).
 
 Samples are ``(rows, hidden)`` matrices; each sample is processed independently (docs/MODEL.md §5).
 The weights are random orthogonal matrices so repeated products keep the scale of the input.

@@ -11,11 +11,12 @@ a multiple of 32). No BatchNorm and dropout 0: each sample's output depends on t
 fc layers and 10 classes so a fwd+bwd iteration at B = 32 takes about half a second on one core.
 
 ``vgg16-hr`` is VGG16 at a high resolution and a narrow width (128 px, 16 channels in the first
-conv, the full 4096-wide classifier and 1000 classes), the first candidate for issue 14.
+conv, the full 4096-wide classifier and 1000 classes), a candidate 2-stage workload
+(results/real/workload.md).
 
 ``vgg16-stem`` is VGG16's first two conv blocks (``convs`` = 4 conv layers) at 128 px and width
 32, then VGG's classifier on the features max-pooled to the (image / 32)-sided grid that
-VGG16's remaining pools would give (4096, 4096, 1000): 7 layers, the workload of issue 14,
+VGG16's remaining pools would give (4096, 4096, 1000): 7 layers, the workload vgg16-stem-s2,
 chosen because its two halves want opposite microbatch sizes on one CPU core. The first convs
 work on large activations (2 MiB per sample after the first conv), so a larger microbatch falls
 out of the caches and costs more per sample; the classifier's backward reads and writes its

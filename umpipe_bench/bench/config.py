@@ -2,7 +2,7 @@
 
 A matrix file has one ``[bench]`` table of defaults and one ``[[planners]]`` table per planner
 variant; a planner may narrow or override any of the defaults (its own seeds, modes, budgets
-or problems). Validation is pydantic's (STYLE.md habit 9); every error names the file and the
+or problems). Validation is pydantic's; every error names the file and the
 field, e.g. ``planners[1].settings``. Expanding a matrix gives :class:`Cell` objects, ordered
 problem by problem, whose :meth:`Cell.key` is what a resumed run uses to skip finished work.
 

@@ -1,7 +1,7 @@
 """The leaderboard: long-format CSV, one row per (problem, planner, seed, mode, budget).
 
 The fixed columns are :data:`COLUMNS` (pinned by a schema test); each planner setting adds a
-``param_<name>`` column after them (STYLE.md habit 7, as optuna's ``params_x``). A failed cell
+``param_<name>`` column after them (as optuna's ``params_x``). A failed cell
 is a row whose ``error`` column is set, not a crashed batch (as nevergrad's benchmarks do).
 
 The file is rewritten whole through a temporary file and ``os.replace`` after every cell, so a

@@ -24,6 +24,7 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -309,6 +310,28 @@ def _results(cells: Sequence[Cell], out: Path, jobs: int, executor: str = "proce
         ex.shutdown(wait=True, cancel_futures=True)
 
 
+def _isatty(stream: object) -> bool:
+    """Whether ``stream`` is a terminal (False for anything without ``isatty``)."""
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _cell_line(name: str, done: int, total: int, cell: Cell, row: dict[str, object],
+               elapsed: float) -> str:
+    """One progress line for a finished cell, for logs where no bar is drawn."""
+    if row.get("error"):
+        what = "error"
+    elif row.get("infeasible"):
+        what = "infeasible"
+    else:
+        t = row.get("T_pred")
+        what = f"T {t:.6g}" if isinstance(t, float) else "done"
+    return (f"bench {name}: {done}/{total} {cell.problem} {cell.planner} {cell.mode} "
+            f"seed {cell.seed} {cell.budget}: {what} ({elapsed:.0f} s)")
+
+
 def run_matrix(
     config: BenchConfig,
     out_dir: str | os.PathLike[str] = "results",
@@ -327,8 +350,10 @@ def run_matrix(
     ``executor="dask"`` runs the cells on a dask cluster (``scheduler`` address; None: a local
     cluster of ``jobs`` workers) while this process writes every row (:mod:`.executors`).
 
-    ``progress=None`` shows a tqdm bar only on a terminal. Error rows count as done unless
-    ``retry_errors``. Returns what was done; the leaderboard is complete after every cell.
+    ``progress=None`` shows a tqdm bar on a terminal and, when stderr is not one (a log file,
+    a pipe, CI), one line per finished cell on stderr instead, so a long run is never silent.
+    Error rows count as done unless ``retry_errors``. Returns what was done; the leaderboard
+    is complete after every cell.
     """
     from tqdm import tqdm
 
@@ -359,14 +384,20 @@ def run_matrix(
     bar = tqdm(total=len(cells), initial=len(cells) - len(pending), unit="cell",
                desc=f"bench {config.name}", disable=(None if progress is None else not progress),
                dynamic_ncols=True)
+    lines = progress is None and not _isatty(sys.stderr)
+    finished = len(cells) - len(pending)
     try:
         for cell, result in _results(pending, out, jobs, executor, scheduler):
             row = _assemble(cell, result, problems, baselines, measured)
             board.add(row)
+            finished += 1
             if row.get("error"):
                 errors += 1
                 msg = f"error in {cell.slug}: {row['error']}"
                 (log or bar.write)(msg)
+            if lines:
+                print(_cell_line(config.name, finished, len(cells), cell, row,
+                                 time.perf_counter() - t0), file=sys.stderr, flush=True)
             bar.set_postfix_str(f"{cell.problem} {cell.planner}", refresh=False)
             bar.update()
     finally:

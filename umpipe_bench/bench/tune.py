@@ -143,7 +143,7 @@ def storage_label(storage: str) -> str:
 
 def check_spec(spec: TuneSpec) -> None:
     """Everything a run needs that can be checked before a study is touched: the planner is
-    tunable, its budget parses, its defaults build a planner (STYLE.md habit 11)."""
+    tunable, its budget parses, its defaults build a planner."""
     space = search_space(spec.planner)
     Budget.parse(spec.budget)
     defaults = planner_class(spec.planner).defaults

@@ -31,7 +31,18 @@ class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         d = action.default
         if d is None or d is False or d is argparse.SUPPRESS or action.required:
             return action.help
+        if not action.help and action.option_strings and action.nargs != 0:
+            return "(default: %(default)s)"  # an option without help text still shows it
         return super()._get_help_string(action)
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        """A list default reads as the words a user would type (``stash recompute``)."""
+        if isinstance(action.default, (list, tuple)):
+            shown = " ".join(str(x) for x in action.default)
+            action = argparse.Action(action.option_strings, action.dest, default=shown,
+                                     help=action.help, choices=action.choices,
+                                     nargs=action.nargs, metavar=action.metavar)
+        return super()._expand_help(action)
 
 
 def _command(argv: Sequence[str]) -> str | None:

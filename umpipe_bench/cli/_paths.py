@@ -1,4 +1,4 @@
-"""Output paths of the command line, checked before any work starts (STYLE.md habit 11).
+"""Output paths of the command line, checked before any work starts.
 
 A command that writes a file checks its path first (not a folder; its nearest existing folder
 writable), so a long run such as ``profile`` never finishes only to fail on its output; the

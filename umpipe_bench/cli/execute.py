@@ -46,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--iters", type=int, default=10, help="measured iterations per plan")
     p.add_argument("--warmup", type=int, default=2, help="warm-up iterations per plan")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                   help="torch.distributed backend: gloo on CPU, nccl on CUDA devices")
     p.add_argument("--no-peer", action="store_true", help="skip torch.distributed.pipelining")
     p.add_argument("--dtype", default=None, help="parameter dtype (default: the problem's)")
     p.add_argument(

@@ -68,7 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=5, help="measured rounds (median of N)")
     p.add_argument("--warmup", type=int, default=1, help="discarded warm-up rounds")
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="timed step")
-    p.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32")
+    p.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32",
+                   help="parameter and activation dtype the stages are timed in")
     p.add_argument("--seed", type=int, default=0, help="weights, batch and gradients seed")
     p.add_argument(
         "--clock",

@@ -7,6 +7,10 @@ import argparse
 from ..bench.heterogeneity import DEFAULTS
 from ..errors import UserInputError
 
+#: Where a study writes unless told: a folder of the working directory that no commit holds,
+#: so a trial run never overwrites the committed map in results/published.
+DEFAULT_OUT = "umpipe-study"
+
 
 def _floats(text: str) -> list[float]:
     try:
@@ -44,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "10-90 % band), a markdown table, the map (heterogeneity.png) and the Gantt chart of "
         "the largest speedup.",
     )
-    p.add_argument("--out", default="results/published", metavar="DIR", help="output folder")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                   help="output folder; the default is not committed (the published map was "
+                   "made with --out results/published)")
     p.add_argument("--stages", type=_ints, default=_csv(DEFAULTS["stages"]), metavar="S,..",
                    help="stage counts")
     p.add_argument("--batches", type=_ints, default=_csv(DEFAULTS["batches"]), metavar="B,..",

@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="problems the study optimizes on")
     p.add_argument("--heldout", nargs="+", default=list(d.heldout), metavar="PROBLEM",
                    help="problems the tuned settings are judged on")
-    p.add_argument("--modes", nargs="+", default=list(d.modes), choices=("stash", "recompute"))
+    p.add_argument("--modes", nargs="+", default=list(d.modes), choices=("stash", "recompute"),
+                   help="memory modes every trial runs")
     p.add_argument("--seeds", nargs="+", type=int, default=list(d.seeds), help="planner seeds")
     p.add_argument("--budget", default=d.budget, help="planner budget per run")
     p.add_argument("--trials", type=int, default=40, help="trials to add in this run (0: none, "

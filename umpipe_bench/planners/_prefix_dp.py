@@ -3,7 +3,7 @@ the same ties, so ``greedy-dp`` builds the same plan (docs/MODEL.md §4 chains).
 
 The numpy form sorts every prefix's candidates (``lexsort`` by ``V``, then ``W``) and keeps
 those whose ``W`` is below every earlier one: ``O(m log m)`` per prefix plus Python overhead,
-quadratic in ``B`` overall (4.9-8.2 s at S = 64, B = 1024; PERF-ANCHORS.md). Here the kept
+quadratic in ``B`` overall (4.9-8.2 s at S = 64, B = 1024). Here the kept
 states are found in the same order by repeated minimum scans: the first kept is the minimum by
 ``(V, W, index)``; each next one the minimum among candidates with ``W`` below the last kept
 one's, scanning only the few candidates whose ``W`` is below the first kept one's: about two

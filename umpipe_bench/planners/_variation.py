@@ -7,7 +7,7 @@ shifts, count ~ Binomial(S*(stage_len-1), shift_rate/len), applied one after ano
 applies them). A ``local`` generation instead makes every offspring the best individual plus
 exactly one move (a flip or a shift): a sampled neighbourhood, the local search on the best.
 
-What makes a generation cheap (PERF-ANCHORS.md: the loop around the evaluation was the cost):
+What makes a generation cheap (the loop around the evaluation, not the evaluation, was the cost):
 the population lives in preallocated ``[P, len]`` uint8 buffers (the current and the next
 generation, swapped); the random numbers are one bulk draw of uniforms from the run's
 ``numpy.random.Generator`` (integers by scaling, binomial counts by inversion: passing the
@@ -327,9 +327,9 @@ def cap_ties(caps: np.ndarray, B: int) -> np.ndarray:
     T is a maximum over paths through the stages, so most cap genes do not change it: without a
     preference they drift to arbitrary low caps, which then block the moves a better plan needs
     (on gpt1-14 stash the best plans have GPipe caps on every stage but the last;
-    results/perf/quality.md). Preferring the larger cap among equals keeps a cap that binds
-    nothing at ``B``. Memory is no reason to prefer a lower cap: a plan that does not fit has
-    T = inf already.
+    archive/lab-notes:results/perf/quality.md). Preferring the larger cap among equals keeps a
+    cap that binds nothing at ``B``. Memory is no reason to prefer a lower cap: a plan that does not
+    fit has T = inf already.
     """
     if caps.shape[1] == 0:
         return np.zeros(caps.shape[0], np.int64)

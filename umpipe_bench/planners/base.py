@@ -1,4 +1,4 @@
-"""The planner interface: ``plan(problem, *, mode, budget, seed) -> PlanResult`` (STYLE.md 4).
+"""The planner interface: ``plan(problem, *, mode, budget, seed) -> PlanResult``.
 
 Every planner optimizes the same simulator (docs/MODEL.md §4); none has a cost model of its own. The
 public :meth:`Planner.plan` validates its arguments, times the run and calls the private
@@ -123,7 +123,7 @@ class Planner:
     name: ClassVar[str] = "planner"
     default_budget: ClassVar[str] = "evals:20000"
     #: Declared settings ``name -> default``; a planner that declares them has them checked
-    #: when it is built (STYLE.md habit 11), so a misspelt setting fails before any work.
+    #: when it is built, so a misspelt setting fails before any work.
     defaults: ClassVar[dict[str, Any] | None] = None
 
     def __init__(self, **settings: Any) -> None:

@@ -18,8 +18,8 @@ stage; sweeps repeat until one gains less than :data:`MIN_GAIN` (relative) or th
 allowance is spent. There is no randomness: one problem and starting plan, one result.
 
 On ``sim-s64-b1024-s0`` it takes the best seed (1F1B-EDP(8): 96.12 recompute, 74.92 stash) to
-71.47 / 55.59 in 71,435 / 26,389 evaluations (7 / 5 sweeps), where TiDGAP alone was at 73.29 /
-54.43 after 785,664 evaluations (results/perf/convergence.md, session 21).
+71.47 / 55.59 in 71,435 / 26,389 evaluations (7 / 5 sweeps), 9.1 % / 3.4 % of TiDGAP's default
+budget there; results/perf/convergence.md has the default runs that start from it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ __all__ = ["CAP_FACTORS", "DESCENT_SHARE", "MAX_SWEEPS", "MIN_GAIN", "Descent",
 #: matrix (evals:3000) it changed 56 TiDGAP cells, better without memory caps (geometric mean
 #: -0.9 %) but worse under them (+1.5 % at 50 %, up to +28 % in one vgg16 stash cell): a
 #: quarter of a small budget is a GA's worth. With 10 % 34 cells changed, -0.3 % without caps,
-#: -0.6 % / +0.1 % at 25 % / 50 % (results/perf/quality.md, session 21).
+#: -0.6 % / +0.1 % at 25 % / 50 %.
 DESCENT_SHARE = 0.1
 
 #: A stage's cap candidates: the current cap times these (rounded, clamped to 1..B), and B.

@@ -12,15 +12,15 @@ is computed:
   chromosome (this generation and the next, swapped); selection, crossover and mutation of a
   whole generation are one compiled call (:mod:`._variation`) that writes the changed
   offspring first, so the evaluator reads one contiguous slice. No per-individual Python
-  object, clone, fitness wrapper or per-generation plan decoding (PERF-ANCHORS.md).
+  object, clone, fitness wrapper or per-generation plan decoding.
 
 Robustness over seeds (the same budget, less luck) comes from a large population (up to 1024,
 :func:`.ga.population_size`), mutation that moves boundaries more than it adds or removes them
 (DGAP's flip rate, four times its shift rate: on the schedule family, at the same budget, the
-median gap to the best plan then known fell from +3.2 % to +2.0 % on vgg16 recompute and from +2.4 %
-to +1.6 % on gpt1-14 stash, results/perf/quality.md) and a stage-copy mutation (a stage takes a
-neighbour stage's partition, ``copy_rate``), and from three means measured on the schedule
-family (results/perf/quality.md):
+median gap to the best plan then known fell from +3.2 % to +2.0 % on vgg16 recompute and from
++2.4 % to +1.6 % on gpt1-14 stash, archive/lab-notes:results/perf/quality.md) and a stage-copy
+mutation (a stage takes a neighbour stage's partition, ``copy_rate``), and from three means measured
+on the schedule family (archive/lab-notes:results/perf/quality.md):
 
 * **equal T prefers larger caps**: T is a maximum over paths, so most cap genes do not change
   it, and without a preference they drift to low values that later block the moves a better
@@ -43,16 +43,16 @@ family (results/perf/quality.md):
   (``seed_islands=false``) find better basins on vgg16 but lose 2-7 % on vgg16-cuda, where
   the 1F1B-EDP seed leads to the best plans. With both kinds, at 1,000,000 evaluations vgg16's
   median gaps went from +2.2 % (seeded) to +1.14 % / +1.43 % (stash / recompute, 40 seeds) and
-  vgg16-cuda kept the seeded plans (results/perf/quality.md, session 19);
+  vgg16-cuda kept the seeded plans (archive/lab-notes:results/perf/quality.md);
 * **restarts** (``restarts``; ``auto``: :func:`auto_restarts`, 8 on gpt1-14 and vgg16 at the
   default budget, 1 at S = 64, B = 1024): a run settles into one basin within about 1,000,000
   evaluations and then stays there (vgg16 stash, seeds 0-2: the same T at 4,000,000 as at
   1,000,000, to 0.03 %), so the budget is split into rounds, each a fresh run from its own
   random stream, and the best round wins (:class:`RestartEngine`). On vgg16, seeds 0-9,
-  against the best plans known after session 20: one run of 1,000,000, median gap +1.58 % /
+  against the best plans then known: one run of 1,000,000, median gap +1.58 % /
   +1.30 % (stash / recompute), worst +4.03 % / +4.69 %; four rounds +1.33 % / +0.68 %, worst
-  +2.19 % / +1.25 %; eight rounds (the default) +0.92 % / +0.50 %, worst +1.55 % / +1.25 %
-  (results/perf/quality.md, session 20);
+  +2.19 % / +1.25 %; eight rounds +0.92 % / +0.50 %, worst +1.55 % / +1.25 % (the default's
+  figures with the stage descent: results/perf/quality.md);
 * **revival** (``revive``; ``auto``: 15 % of the budget in stash, off in recompute): when the
   last island has not improved for that share of the budget, it retires and the best stopped
   island resumes. On gpt1-14 stash a run that ends in the trap at +2.01 % has its last
@@ -66,9 +66,9 @@ family (results/perf/quality.md):
   chromosome it cannot change how many microbatches a stage uses; the descent moves whole
   stages. At S = 64, B = 1024 (seed 0, default budget) T fell from 73.29 to 69.07 in
   recompute and from 54.43 to 53.60 in stash, and doubling the budget now gains a median
-  0.14 % / 0.28 % over seeds 0-4 (1.75 % / 0.78 % before, seed 0); on sim-s32-b256-s0 from
-  9.358 to 8.636 / 7.174 to 6.766 (results/perf/convergence.md, session 21). With two or more
-  seeded islands the first starts without the descent's plan, which takes a population
+  0.14 % / 0.28 % over seeds 0-4 (1.75 % / 0.78 % without the descent, seed 0); on
+  sim-s32-b256-s0 from 9.358 to 8.636 / 7.174 to 6.766 (results/perf/convergence.md). With two
+  or more seeded islands the first starts without the descent's plan, which takes a population
   over: on gpt1-14 stash the median evaluations to within 0.5 % of the best plan were
   413,236 with it in every seeded island, 137,765 so, 137,112 without the descent.
 
@@ -80,7 +80,7 @@ rest of the population is kept, so it keeps its diversity). Local generations re
 improve the best. When the GA is stuck again right after two local searches failed, the next
 generation *restarts* the population: fresh random individuals beside the elites. ``patience=0``
 (the default) turns both off: with the population, mutation rates and stage-copy mutation below,
-they did not help at the default budget (results/perf/quality.md).
+they did not help at the default budget (archive/lab-notes:results/perf/quality.md).
 
 Randomness comes from one ``numpy.random.Generator(seed)`` (restart rounds and islands: one
 stream each, spawned from the seed): same seed, same result (for evaluation and generation
@@ -120,14 +120,14 @@ __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_R
 #: ``BUDGET_WORK / (S*(B-1))`` evaluations (the work of 8,000,000 evaluations of a 512-bit
 #: chromosome, about 80 s on one core here), at most ``BUDGET_CAP``. On gpt1-14 and vgg16 that
 #: is eight restart rounds of 1,000,000 (:data:`ROUND_FLOOR`); a single run at 4,000,000 ends
-#: where it ends at 1,000,000 (results/perf/quality.md, session 20).
+#: where it ends at 1,000,000 (archive/lab-notes:results/perf/quality.md).
 BUDGET_PER_BIT = 12
 BUDGET_WORK = 4_096_000_000
 BUDGET_CAP = 8_000_000
 #: ``restarts=auto``: as many rounds as the evaluation budget gives each at least
 #: ``max(ROUND_FLOOR, ROUND_PER_BIT*S*(B-1))`` evaluations, at most ``MAX_RESTARTS``. A vgg16
 #: run converges within about 1,000,000; at S = 64, B = 1024 a run is still improving at
-#: 3,000,000 (without the stage descent; results/perf/convergence.md), so rounds there would
+#: 3,000,000 (without the stage descent), so rounds there would
 #: only cut it short.
 ROUND_FLOOR = 1_000_000
 ROUND_PER_BIT = 64
@@ -142,7 +142,7 @@ ISLAND_FLOOR = 128
 #: improving before the best stopped island resumes in its place, per memory mode. On
 #: gpt1-14 stash the seeds within 2 % of the best plan rose from 28 to 37 of seeds 0-39 and
 #: from 26 to 35 of seeds 40-79, vgg16 stash unchanged; in recompute vgg16 got worse (median
-#: +3.44 % to +5.32 %), so it is off there (results/perf/quality.md, session 18).
+#: +3.44 % to +5.32 %), so it is off there (archive/lab-notes:results/perf/quality.md).
 REVIVE_AUTO = {"stash": 0.15, "recompute": 0.0}
 
 
@@ -465,8 +465,8 @@ class IslandEngine(SearchAlgorithm):
 
     A run's outcome is mostly decided early: on vgg16 stash with a population of 256, the
     runs that end far from the best plan are already far behind after an eighth of the budget
-    (results/perf/quality.md). So ``K`` islands (each ``population / K``, its own random
-    stream from the run's seed, all seeded with the same EDP/greedy/family plans, evaluated
+    (archive/lab-notes:results/perf/quality.md). So ``K`` islands (each ``population / K``, its own
+    random stream from the run's seed, all seeded with the same EDP/greedy/family plans, evaluated
     together in one objective call per generation) run side by side, and at evenly spaced
     points up to the ``race`` fraction of the budget the worse half of the islands (by best T,
     ties by caps) stops; the last island gets the rest of the budget, unless it goes
@@ -633,13 +633,14 @@ class RestartEngine(SearchAlgorithm):
     """``R`` independent runs (rounds) one after another, each with ``1/R`` of the budget.
 
     A TiDGAP run converges to one basin early and then polishes it (on vgg16 the island race
-    at 4,000,000 evaluations ends where it ends at 1,000,000, results/perf/quality.md); runs
-    from different random streams end in different basins. So ``restarts`` rounds, each a
-    fresh run (an :class:`IslandEngine` or one :class:`TiDGAPEngine`, built by ``build`` for
-    the round's budget and random stream, spawned from the run's seed), and the result is the
-    best round's best. The seed plans are evaluated once, in the first round; later rounds
-    are given them. A round ends when its share of the budget is spent (evaluations: the
-    next generation would not fit; generations; seconds); the last round gets all the rest.
+    at 4,000,000 evaluations ends where it ends at 1,000,000,
+    archive/lab-notes:results/perf/quality.md); runs from different random streams end in different
+    basins. So ``restarts`` rounds, each a fresh run (an :class:`IslandEngine` or one
+    :class:`TiDGAPEngine`, built by ``build`` for the round's budget and random stream, spawned from
+    the run's seed), and the result is the best round's best. The seed plans are evaluated once, in
+    the first round; later rounds are given them. A round ends when its share of the budget is spent
+    (evaluations: the next generation would not fit; generations; seconds); the last round gets all
+    the rest.
     """
 
     def __init__(self, build: Callable[[Budget, np.random.SeedSequence],
@@ -728,14 +729,14 @@ class TiDGAP(SearchPlanner):
     (:func:`default_evaluations`: at least 12 evaluations per cut bit, and at least the
     simulation work of 8,000,000 evaluations of a 512-bit chromosome; 8,000,000 on gpt1-14 and
     vgg16, 785,664 at S = 64, B = 1024, where doubling it gains a median 0.28 % stash and
-    0.14 % recompute over seeds 0-4, results/perf/convergence.md, session 21); any
+    0.14 % recompute over seeds 0-4, results/perf/convergence.md); any
     ``--budget`` overrides it.
 
     Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
     :func:`.ga.population_size`; ``flip_rate`` 1 and ``shift_rate`` 8 here: DGAP's flips and
     four times its boundary shifts, measured on the schedule family in
-    results/perf/quality.md), ``patience``
+    archive/lab-notes:results/perf/quality.md), ``patience``
     (generations without improvement before a local generation; 0, the default: never),
     ``polish`` (the last fraction of an evaluation budget spent on local generations around
     the best, each best move accepted when better or equal; 0, the default: none; needs

@@ -1,6 +1,6 @@
 """Torch layer-by-layer profiler: real models measured into problem files (docs/MODEL.md §1).
 
-Façade (STYLE.md: a pure algorithm behind a small measuring API, as torchgpipe's balance):
+Façade (a pure algorithm behind a small measuring API, as torchgpipe's balance):
 
 * :func:`profile_model` -- measure a registered model into a validated ``Problem``;
 * :func:`calibrate_link` -- gloo ping-pong between two local processes, fitted to

@@ -131,7 +131,7 @@ def profile_model(
 
 
 class Profiler:
-    """One profile as named steps (STYLE.md habit 12): :meth:`group`, :meth:`calibrate`,
+    """One profile as named steps: :meth:`group`, :meth:`calibrate`,
     :meth:`time_rounds`, :meth:`measure_memory`, then :func:`.assemble.assemble`.
 
     Arguments are checked when it is built (habit 11), before any model is loaded.

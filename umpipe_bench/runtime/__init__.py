@@ -1,4 +1,4 @@
-"""The runtime: execute any plan on hardware with torch.distributed (docs/MODEL.md §5, issue 5).
+"""The runtime: execute any plan on hardware with torch.distributed (docs/MODEL.md §5).
 
 One process per stage (``torchrun``), point-to-point sends of each producer microbatch,
 re-chunking into the consumer's sizes, both memory modes, any schedule's op lists, checked

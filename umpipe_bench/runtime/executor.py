@@ -105,7 +105,7 @@ def _ranges(sizes: Sequence[int]) -> list[tuple[int, int]]:
 
 class StageRunner:
     """One stage's iteration as named steps, as torch's ``PipelineStage`` keeps
-    ``forward_one_chunk`` and ``backward_one_chunk`` (STYLE.md habit 12).
+    ``forward_one_chunk`` and ``backward_one_chunk``.
 
     Built per iteration: it opens the incoming streams (activations from upstream in
     ``P[s-1]``'s sizes, gradients from downstream in ``Q[s+1]``'s), then :meth:`run` executes

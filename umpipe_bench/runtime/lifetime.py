@@ -1,4 +1,4 @@
-"""Nothing outlives its command (STYLE.md habit 14; docs/ARCHITECTURE.md, "Processes").
+"""Nothing outlives its command (docs/ARCHITECTURE.md, "Processes").
 
 Three pieces, each for one way a command can end:
 

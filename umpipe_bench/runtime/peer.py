@@ -1,4 +1,4 @@
-"""The peer check: the same EDP plans run by ``torch.distributed.pipelining`` (issue 5).
+"""The peer check: the same EDP plans run by ``torch.distributed.pipelining``.
 
 torch's ``ScheduleGPipe`` / ``Schedule1F1B`` split the batch with ``tensor_split`` into ``M``
 equal microbatches, i.e. EDP(M) in stash mode, on the very same stage modules we execute.

@@ -74,7 +74,7 @@ class RunSpec:
     problem: str = ""
 
     def __post_init__(self) -> None:
-        """Refuse names no worker could use (STYLE.md habit 11: fail before launching)."""
+        """Refuse names no worker could use (fail before launching)."""
         from .errors import PlanRefused
 
         for name, value, valid in (("dtype", self.dtype.lower().removeprefix("torch."),
