@@ -105,3 +105,24 @@ def test_the_committed_file_covers_every_registered_problem_and_reproduces():
     for (p, m, f), e in book.entries.items():
         if f == "capped":
             assert e.value <= book.value(p, m, "gpipe")
+
+
+def test_split_backward_tables_leave_the_plan_digest_alone():
+    """Profiling the split backward into a problem file must not orphan its best-known plans
+    and leaderboard rows: the digest of our plans' costs ignores those tables; the full one
+    does not."""
+    import dataclasses
+
+    from umpipe_bench.bench.baselines import problem_digest
+    from umpipe_bench.registry import get_problem
+
+    p = get_problem("sim-s4-b16-s0")
+    stages = tuple(dataclasses.replace(
+        st, ibwd=st.bwd, ribwd=st.rbwd, wbwd=st.bwd,
+        memory=dataclasses.replace(st.memory, w_held_bytes_per_sample=1.0)) for st in p.stages)
+    q = dataclasses.replace(p, stages=stages,
+                            provenance={**p.provenance, "split_backward": {"date": "x"}})
+    assert problem_digest(q) == problem_digest(p)
+    assert problem_digest(q, split=True) != problem_digest(p, split=True)
+    r = dataclasses.replace(p, stages=(dataclasses.replace(p.stages[0], opt=1.0), *stages[1:]))
+    assert problem_digest(r) != problem_digest(p)

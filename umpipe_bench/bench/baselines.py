@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..planners.reference import best_edp as reference_best_edp
-from ..problem import Problem, atomic_write_text
+from ..problem import SPLIT_KINDS, Problem, atomic_write_text
 
 __all__ = ["BaselineCache", "EdpBaseline", "best_edp", "problem_digest"]
 
@@ -48,9 +48,24 @@ def best_edp(problem: Problem, mode: str, schedule: str) -> EdpBaseline:
     return EdpBaseline(schedule, mode, float(T), int(M))
 
 
-def problem_digest(problem: Problem) -> str:
-    """A hash of everything that determines a problem's costs."""
-    return hashlib.sha256(problem.to_json().encode()).hexdigest()[:16]
+def problem_digest(problem: Problem, split: bool = False) -> str:
+    """A hash of everything that determines the costs of our plans.
+
+    The split-backward tables (``ibwd``, ``ribwd``, ``wbwd``, ``memory.w_held_bytes_per_sample``
+    and their provenance) are left out unless ``split``: no plan of ours uses them, only the
+    zero-bubble torch schedules do, so profiling them into a problem file keeps the digests of
+    its leaderboard rows and best-known plans. ``split=True`` hashes the whole file.
+    """
+    data = problem.to_dict()
+    if not split:
+        for st in data["stages"]:
+            for kind in SPLIT_KINDS:
+                st.pop(kind, None)
+            if "memory" in st:
+                st["memory"].pop("w_held_bytes_per_sample", None)
+        data["provenance"].pop("split_backward", None)
+    text = json.dumps(data, indent=1) + "\n"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class BaselineCache:
