@@ -178,7 +178,8 @@ EXPECTED_COLUMNS = (
     "schedule", "plan_kind", "caps", "T_pred", "T_start", "evaluations", "wall_time",
     "memory_cap", "memory_cap_bytes", "peak_memory_max", "peak_memory",
     "T_gpipe_edp", "M_gpipe_edp", "T_1f1b_edp", "M_1f1b_edp", "T_best_edp",
-    "speedup_vs_gpipe", "speedup_vs_1f1b", "speedup_vs_best_edp",
+    "T_best_torch", "best_torch_schedule", "M_best_torch",
+    "speedup_vs_gpipe", "speedup_vs_1f1b", "speedup_vs_best_edp", "speedup_vs_best_torch",
     "T_measured", "model_error", "measured_in",
     "plan_file", "history_file",
     "error", "infeasible",
@@ -366,6 +367,16 @@ def test_memory_caps_are_a_matrix_dimension_and_unfit_plans_are_error_rows(tmp_p
     assert free["error"] == "" and free["caps"] == ""
     assert float(free["T_best_edp"]) == min(float(free["T_gpipe_edp"]),
                                             float(free["T_1f1b_edp"]))
+    # the best torch schedule on the problem's own stages: re-derived from the schedule table
+    from umpipe_bench.torch_schedules.best import best_row, schedule_table
+
+    table = schedule_table(get_problem(PROBLEM), get_problem(PROBLEM).S, "stash", vs=(1,))
+    assert float(free["T_best_torch"]) == best_row(table).choice.T
+    assert free["best_torch_schedule"] == best_row(table).schedule
+    assert float(free["speedup_vs_best_torch"]) == pytest.approx(
+        float(free["T_best_torch"]) / float(free["T_pred"]) - 1.0)
+    half_torch = rows["EdpPlanner", "50%"]["T_best_torch"]
+    assert half_torch == "" or float(half_torch) >= float(free["T_best_torch"])
     # "50%": per stage, static bytes plus half the activations GPipe-EDP keeps there. GPipe
     # keeps all 16 samples' activations whatever M: nothing under gpipe fits. A planner
     # returning a plan that does not fit is an error...

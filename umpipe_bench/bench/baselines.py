@@ -23,7 +23,8 @@ from typing import Any
 from ..planners.reference import best_edp as reference_best_edp
 from ..problem import SPLIT_KINDS, Problem, atomic_write_text
 
-__all__ = ["BaselineCache", "EdpBaseline", "best_edp", "problem_digest"]
+__all__ = ["BaselineCache", "EdpBaseline", "TorchBaseline", "best_edp", "best_torch",
+           "problem_digest"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,32 @@ def problem_digest(problem: Problem, split: bool = False) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class TorchBaseline:
+    """The fastest schedule torch ships on a problem's own stages (one stage per device), at
+    its best M that fits memory (all None when none fits or none can run)."""
+
+    mode: str
+    schedule: str | None
+    M: int | None
+    T: float | None
+
+
+def best_torch(problem: Problem, mode: str) -> TorchBaseline:
+    """The fastest of torch's schedules that run the problem's stages as they are, one per
+    device (``D = S``, one chunk per device: gpipe, 1f1b, interleaved-1f1b, looped-bfs and, with
+    split-backward costs, zb1p, all at ``v = 1``), over every M torch accepts (a divisor of
+    ``B``), within the problem's memory caps (docs/TORCH-SCHEDULES.md §6)."""
+    from ..memory import capacities
+    from ..torch_schedules.best import best_row, schedule_table
+
+    rows = schedule_table(problem, problem.S, mode, capacities(problem), vs=(1,))
+    best = best_row(rows)
+    if best is None or best.choice is None:
+        return TorchBaseline(mode, None, None, None)
+    return TorchBaseline(mode, best.schedule, best.choice.M, float(best.choice.T))
+
+
 class BaselineCache:
     """Best GPipe-EDP and 1F1B-EDP per (problem, mode), computed once and kept on disk."""
 
@@ -92,3 +119,15 @@ class BaselineCache:
             if self.path is not None:
                 atomic_write_text(self.path, json.dumps(self._data, indent=1, sort_keys=True))
         return {s: EdpBaseline(**entry[s]) for s in self.SCHEDULES}
+
+    def torch(self, problem: Problem, mode: str) -> TorchBaseline:
+        """:func:`best_torch` for this problem and mode, cached like :meth:`get` (keyed by the
+        whole file's digest: the zero-bubble schedules read the split-backward tables)."""
+        key = f"{problem.name}|{mode}|torch|{problem_digest(problem, split=True)}"
+        entry = self._data.get(key)
+        if entry is None:
+            entry = asdict(best_torch(problem, mode))
+            self._data[key] = entry
+            if self.path is not None:
+                atomic_write_text(self.path, json.dumps(self._data, indent=1, sort_keys=True))
+        return TorchBaseline(**entry)

@@ -57,8 +57,11 @@ COLUMNS: tuple[str, ...] = (
     # the equal-microbatch baselines of the same problem, mode and cap: best EDP(M) that fits
     # (empty when no M fits), and the better of the two
     "T_gpipe_edp", "M_gpipe_edp", "T_1f1b_edp", "M_1f1b_edp", "T_best_edp",
+    # the fastest schedule torch ships on the problem's stages, one per device, at its best M
+    # dividing B that fits (docs/TORCH-SCHEDULES.md §6)
+    "T_best_torch", "best_torch_schedule", "M_best_torch",
     # T_baseline / T_pred - 1 (0.1389 = +13.89 %)
-    "speedup_vs_gpipe", "speedup_vs_1f1b", "speedup_vs_best_edp",
+    "speedup_vs_gpipe", "speedup_vs_1f1b", "speedup_vs_best_edp", "speedup_vs_best_torch",
     # real execution, joined from results/real/*.csv where the plan was executed
     "T_measured", "model_error", "measured_in",
     # files (relative to the leaderboard's folder)

@@ -219,10 +219,14 @@ def _assemble(cell: Cell, result: dict[str, Any], problems: dict[str, Problem | 
             row.update({"T_gpipe_edp": base["gpipe"].T, "M_gpipe_edp": base["gpipe"].M,
                         "T_1f1b_edp": base["1f1b"].T, "M_1f1b_edp": base["1f1b"].M,
                         "T_best_edp": min(fitting) if fitting else None})
+            tb = baselines.torch(problem, cell.mode)
+            row.update({"T_best_torch": tb.T, "best_torch_schedule": tb.schedule,
+                        "M_best_torch": tb.M})
             if not row.get("error") and row.get("T_pred") is not None:
                 for col, Tb in (("speedup_vs_gpipe", base["gpipe"].T),
                                 ("speedup_vs_1f1b", base["1f1b"].T),
-                                ("speedup_vs_best_edp", row["T_best_edp"])):
+                                ("speedup_vs_best_edp", row["T_best_edp"]),
+                                ("speedup_vs_best_torch", tb.T)):
                     row[col] = None if Tb is None else Tb / row["T_pred"] - 1.0
         except Exception as exc:
             row["error"] = row.get("error") or f"baseline: {type(exc).__name__}: {exc}"

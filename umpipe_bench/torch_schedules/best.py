@@ -98,7 +98,7 @@ def best_choice(
     kind: str,
     split: bool,
     mode: str = "stash",
-    memory_cap: float | None = None,
+    memory_cap: float | Sequence[float] | None = None,
     v: int | None = None,
     vs: Sequence[int] = (2, 3, 4),
     Ms: Sequence[int] | None = None,
@@ -111,7 +111,8 @@ def best_choice(
     ``kind``: the schedule's layout (``one``, ``loop``, ``v``); ``split``: whether its lists
     use I and W; ``vs``: chunks per device to try for ``loop`` layouts when ``v`` is None;
     ``Ms``: microbatch counts to try (default: every divisor of ``B``); ``valid(D, M, v)``:
-    whether torch accepts the combination.
+    whether torch accepts the combination. ``memory_cap``: bytes for every device, or one
+    figure per device.
     """
     L, B = problem.S, problem.B
     if split and not problem.has_split_backward:
@@ -157,13 +158,20 @@ def best_choice(
                              orders(schedule, D, M, None if kind == "one" else vv))
         evaluated += 1
         peaks = None if tl.peak_memory is None else tuple(tl.peak_memory)
-        if memory_cap is not None and peaks is not None and max(peaks) > memory_cap:
+        if not _fits(peaks, memory_cap):
             continue
         if best is None or tl.iteration_time < best.T:
             best = ScheduleChoice(schedule, D, vv, M, counts, tl.iteration_time, peaks, mode, 0)
     if best is None:
         return None
     return ScheduleChoice(**{**asdict(best), "counts": best.counts, "evaluated": evaluated})
+
+
+def _fits(peaks: Sequence[float] | None, cap: float | Sequence[float] | None) -> bool:
+    if cap is None or peaks is None:
+        return True
+    caps = [float(cap)] * len(peaks) if isinstance(cap, (int, float)) else list(cap)
+    return all(p <= c for p, c in zip(peaks, caps))
 
 
 def simulate_chunks(problem: Problem, counts: Sequence[int], kind: str, D: int, v: int, M: int,
@@ -192,7 +200,7 @@ def schedule_table(
     problem: Problem,
     D: int,
     mode: str = "stash",
-    memory_cap: float | None = None,
+    memory_cap: float | Sequence[float] | None = None,
     names: Sequence[str] | None = None,
     v: int | None = None,
     vs: Sequence[int] = (1, 2, 3, 4),
