@@ -98,6 +98,8 @@ def headline_table(df: pd.DataFrame, capped: bool = False) -> pd.DataFrame:
             "vs GPipe": _pct(r["speedup_vs_gpipe"]),
             "vs 1F1B": _pct(r["speedup_vs_1f1b"]),
             "vs best EDP": _pct(r["speedup_vs_best_edp"]),
+            "best torch schedule (ms, M)": _torch(r),
+            "vs best torch": _pct(r.get("speedup_vs_best_torch")),
             "gap to bound": _pct(_gap(r)),
             "planner mean vs best EDP (seeds)": (
                 f"{_pct(same['speedup_vs_best_edp'].mean())} ({len(same)})"),
@@ -111,6 +113,14 @@ def headline_table(df: pd.DataFrame, capped: bool = False) -> pd.DataFrame:
             })
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _torch(r: Any) -> str:
+    """``schedule ms (M)`` of the best torch schedule, or empty (older leaderboards, none fits)."""
+    name = r.get("best_torch_schedule")
+    if not isinstance(name, str) or not name:
+        return ""
+    return f"{name} {_edp(r['T_best_torch'], r['M_best_torch'])}"
 
 
 def planner_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -136,6 +146,8 @@ def cost_table(df: pd.DataFrame) -> pd.DataFrame:
         "mean vs GPipe": ok["speedup_vs_gpipe"].mean().map(_pct),
         "mean vs 1F1B": ok["speedup_vs_1f1b"].mean().map(_pct),
         "mean vs best EDP": ok["speedup_vs_best_edp"].mean().map(_pct),
+        **({"mean vs best torch": ok["speedup_vs_best_torch"].mean().map(_pct)}
+           if "speedup_vs_best_torch" in df else {}),
     })
     return out.reset_index()
 
