@@ -59,12 +59,11 @@ from umpipe_bench.runtime.launcher import launch  # noqa: E402
 from umpipe_bench.runtime.lifetime import Terminated, terminate_raises  # noqa: E402
 from umpipe_bench.runtime.stats import bootstrap_median, spearman  # noqa: E402
 from umpipe_bench.runtime.torch_schedules import (  # noqa: E402
-    ALIASES,
-    SCHEDULES,
     WORKLOADS,
     TorchMultiSpec,
     make_entry,
 )
+from umpipe_bench.torch_schedules import TORCH_SCHEDULES  # noqa: E402
 
 D = 2
 
@@ -104,12 +103,11 @@ def example_entries(name: str) -> dict[str, Any]:
     """An entries file for ``name``: every torch schedule at a few M, even partitions."""
     w = resolve_workload(name)
     entries = []
-    short = {cls: name for name, cls in reversed(ALIASES.items())}
-    for cls, kind in SCHEDULES.items():
-        C = D if kind.layout == "single" else 2 * D
+    for info in TORCH_SCHEDULES.values():
+        C = D * info.default_v
         for M in (4, 8):
             if w["B"] % M == 0:
-                entries.append({"schedule": short[cls], "torch_class": cls, "M": M,
+                entries.append({"schedule": info.name, "torch_class": info.torch_class, "M": M,
                                 "partition": even_partition(w["layers"], C), "v": C // D})
     return {"workload": name, "entries": entries}
 

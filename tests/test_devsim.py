@@ -8,7 +8,14 @@ import dataclasses
 import pytest
 
 from umpipe_bench.devsim import DevSimError, edp_sizes, parse_action, simulate_devices
-from umpipe_bench.layout import Layout, LayoutError, balanced_counts, chunk_devices, group_layers
+from umpipe_bench.layout import (
+    Layout,
+    LayoutError,
+    balanced_counts,
+    chunk_devices,
+    device_chunks,
+    group_layers,
+)
 from umpipe_bench.plan import Plan
 from umpipe_bench.problem import Link, Problem, StageCosts, StageMemory
 from umpipe_bench.registry import get_problem
@@ -42,9 +49,14 @@ def _uniform(L: int, B: int, f: float, b: float, i: float = 0.0, w: float = 0.0,
 def test_chunk_devices_of_the_three_layouts():
     assert chunk_devices("one", 3) == (0, 1, 2)
     assert chunk_devices("loop", 3, 2) == (0, 1, 2, 0, 1, 2)
-    assert chunk_devices("v", 3) == (0, 1, 2, 2, 1, 0)
+    assert chunk_devices("v", 3) == chunk_devices("v", 3, 2) == (0, 1, 2, 2, 1, 0)
     with pytest.raises(LayoutError, match="layout kind"):
         chunk_devices("zigzag", 2)
+    for kind, v in (("one", 2), ("v", 1), ("v", 3), ("loop", 0)):
+        with pytest.raises(LayoutError, match="v"):
+            chunk_devices(kind, 3, v)
+    assert device_chunks("loop", 3, 2) == ((0, 3), (1, 4), (2, 5))
+    assert device_chunks("v", 3) == ((0, 5), (1, 4), (2, 3))
     with pytest.raises(LayoutError, match="needs 4 chunks"):
         Layout("v", 2, (1, 1, 1))
     assert Layout("loop", 2, (1, 2, 1, 3)).devices == (0, 1, 0, 1)

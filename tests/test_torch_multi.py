@@ -14,14 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from umpipe_bench.layout import chunk_devices, device_chunks
 from umpipe_bench.runtime.errors import PlanRefused
-from umpipe_bench.runtime.torch_schedules import (
-    SCHEDULES,
-    TorchMultiSpec,
-    chunk_ranks,
-    make_entry,
-    rank_chunks,
-)
+from umpipe_bench.runtime.torch_schedules import TorchMultiSpec, make_entry
+from umpipe_bench.torch_schedules import TORCH_SCHEDULES
+
+CLASSES = {info.torch_class for info in TORCH_SCHEDULES.values()}
 
 ROOT = Path(__file__).resolve().parents[1]
 B, LAYERS = 8, 8
@@ -33,7 +31,7 @@ ENTRIES = [
      "partition": [2, 3, 1, 2], "v": 2},
     {"schedule": "looped-bfs", "torch_class": "ScheduleLoopedBFS", "M": 2,
      "partition": [1, 2, 3, 2], "v": 2},
-    {"schedule": "interleaved-zb", "torch_class": "ScheduleInterleavedZeroBubble", "M": 4,
+    {"schedule": "zb1p", "torch_class": "ScheduleInterleavedZeroBubble", "M": 4,
      "partition": [2, 2, 2, 2], "v": 2},
     {"schedule": "zbv", "torch_class": "ScheduleZBVZeroBubble", "M": 4,
      "partition": [3, 2, 2, 1], "v": 2},
@@ -54,13 +52,19 @@ def _spec(tmp_path: Path, **settings) -> TorchMultiSpec:
 
 
 def test_layouts() -> None:
-    assert chunk_ranks("single", 2, 1) == [0, 1]
-    assert chunk_ranks("loop", 2, 2) == [0, 1, 0, 1]
-    assert chunk_ranks("v", 2, 2) == [0, 1, 1, 0]
-    assert chunk_ranks("v", 3, 2) == [0, 1, 2, 2, 1, 0]
-    assert rank_chunks("loop", 3, 3, 1) == [1, 4, 7]
-    assert rank_chunks("v", 4, 2, 1) == [1, 6]
-    assert {k.torch_class for k in SCHEDULES.values()} == {e["torch_class"] for e in ENTRIES}
+    assert chunk_devices("one", 2, 1) == (0, 1)
+    assert chunk_devices("loop", 2, 2) == (0, 1, 0, 1)
+    assert chunk_devices("v", 2, 2) == (0, 1, 1, 0)
+    assert chunk_devices("v", 3, 2) == (0, 1, 2, 2, 1, 0)
+    assert device_chunks("loop", 3, 3)[1] == (1, 4, 7)
+    assert device_chunks("v", 4, 2)[1] == (1, 6)
+    assert CLASSES == {e["torch_class"] for e in ENTRIES}
+    for e in ENTRIES:  # the schedule is resolved through the one registry, by class or name
+        by_class = make_entry(e, D=2, B=B, n_layers=LAYERS)
+        by_name = make_entry({k: x for k, x in e.items() if k != "torch_class"},
+                             D=2, B=B, n_layers=LAYERS)
+        assert by_class.kind is by_name.kind is TORCH_SCHEDULES[e["schedule"]]
+        assert by_name.torch_class == e["torch_class"]
 
 
 @pytest.mark.parametrize(
@@ -69,9 +73,9 @@ def test_layouts() -> None:
         ({"torch_class": "ScheduleGPipe", "M": 3, "partition": [4, 4]}, "does not divide B"),
         ({"torch_class": "ScheduleGPipe", "M": 2, "partition": [4, 3]}, "covers 7 layers"),
         ({"torch_class": "ScheduleGPipe", "M": 2, "partition": [2, 2, 2, 2]}, "one chunk"),
-        ({"torch_class": "Schedule1F1B", "M": 1, "partition": [4, 4]}, "M >= 2"),
+        ({"torch_class": "Schedule1F1B", "M": 1, "partition": [4, 4]}, "M >= D = 2"),
         ({"torch_class": "ScheduleZBVZeroBubble", "M": 2, "partition": [4, 4]}, "exactly 2"),
-        ({"torch_class": "ScheduleDualPipeV", "M": 2, "partition": [2, 2, 2, 2]}, "M >= 4"),
+        ({"torch_class": "ScheduleDualPipeV", "M": 2, "partition": [2, 2, 2, 2]}, "M >= 2D = 4"),
         ({"torch_class": "ScheduleInterleaved1F1B", "M": 2, "partition": [1, 2, 2, 2, 1]},
          "5 chunks"),
         ({"torch_class": "ScheduleZBVZeroBubble", "M": 2, "partition": [2, 2, 2, 2], "v": 3},
@@ -178,7 +182,7 @@ def test_example_entries_and_profile_commands_fit_their_workloads() -> None:
         data = mts.example_entries(name)
         entries = [make_entry(e, D=2, B=w["B"], n_layers=w["layers"], index=i)
                    for i, e in enumerate(data["entries"])]
-        assert {e.torch_class for e in entries} == set(SCHEDULES)
+        assert {e.torch_class for e in entries} == CLASSES
         args = build_parser().parse_args(mts.profile_command(name).split()[1:])
         assert args.model == w["model"] and args.batch == w["B"]
         assert dict(args.config) == w["config"]

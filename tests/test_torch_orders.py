@@ -2,7 +2,7 @@
 classes, and :func:`torch_orders` against what torch executes.
 
 What torch executes is recorded here independently of ``torch_orders``: each rank's schedule
-is constructed from that rank's stand-in stages (placed by our ``chunk_device``) and its own
+is constructed from that rank's stand-in stages (placed by our ``chunk_devices``) and its own
 ``_step_microbatches`` is run; the stages record every ``forward_one_chunk``,
 ``backward_one_chunk(full_backward=...)`` and ``backward_weight_one_chunk`` call, and their
 p2p-op getters return no ops, so nothing communicates.
@@ -16,7 +16,9 @@ from collections import Counter
 
 import pytest
 
+from umpipe_bench.devsim import DevSimError, parse_action
 from umpipe_bench.errors import UmpipeError, UnknownNameError
+from umpipe_bench.layout import LayoutError, chunk_devices, device_chunks
 from umpipe_bench.plan import Plan
 from umpipe_bench.schedules import gpipe, one_f_one_b
 from umpipe_bench.torch_schedules import (
@@ -24,9 +26,6 @@ from umpipe_bench.torch_schedules import (
     ScheduleNameError,
     ScheduleShapeError,
     check,
-    chunk_device,
-    device_chunks,
-    parse_action,
     schedule_info,
     torch_orders,
 )
@@ -41,6 +40,11 @@ VS = range(1, 5)
 
 def _names(ops) -> list[list[str]]:
     return [[str(o) for o in row] for row in ops]
+
+
+def _parts(action: str) -> tuple[int, str, int]:
+    a = parse_action(action)
+    return a.chunk, a.kind, a.mb
 
 
 # ------------------------------------------------------------------------ recording what runs
@@ -80,7 +84,7 @@ class _LoggingStage:
 def _construct(name: str, D: int, M: int, v: int, rank: int, log: list[str]):
     info = TORCH_SCHEDULES[name]
     cls = getattr(ts, info.torch_class)
-    mine = [c for c, d in enumerate(chunk_device(info.layout, D, v)) if d == rank]
+    mine = [c for c, d in enumerate(chunk_devices(info.layout, D, v)) if d == rank]
     stages = [_LoggingStage(c, D * v, D, rank, log) for c in mine]
     if info.single:
         return cls(stages[0], M, loss_fn=lambda out, target: out)
@@ -95,7 +99,7 @@ def _executed(name: str, D: int, M: int, v: int) -> list[list[str]]:
         sched = _construct(name, D, M, v, rank, log)
         if not TORCH_SCHEDULES[name].single:  # torch's own stage -> rank map is our layout
             assert sched.stage_index_to_group_rank == dict(enumerate(
-                chunk_device(TORCH_SCHEDULES[name].layout, D, v)))
+                chunk_devices(TORCH_SCHEDULES[name].layout, D, v)))
         for attr in ("_initialize_stage", "_initialize_stages", "_maybe_compute_loss",
                      "_maybe_get_loss", "_update_losses"):
             setattr(sched, attr, lambda *a, **k: None)
@@ -109,13 +113,13 @@ def _executed(name: str, D: int, M: int, v: int) -> list[list[str]]:
 def _check_structure(name: str, D: int, M: int, v: int, orders: list[list[str]]) -> None:
     info = TORCH_SCHEDULES[name]
     n = D * v
-    where = chunk_device(info.layout, D, v)
+    where = chunk_devices(info.layout, D, v)
     assert len(orders) == D
     count: Counter[tuple[int, str, int]] = Counter()
     pos: dict[tuple[int, str, int], int] = {}
     for d, row in enumerate(orders):
         for i, a in enumerate(row):
-            c, k, m = parse_action(a)
+            c, k, m = _parts(a)
             assert 0 <= c < n and 0 <= m < M, a
             assert where[c] == d, f"{a} on rank {d}, layout says rank {where[c]}"
             count[c, k, m] += 1
@@ -153,7 +157,7 @@ def _runs_to_the_end(orders: list[list[str]], n: int) -> bool:
         moved = False
         for d, row in enumerate(orders):
             while at[d] < len(row):
-                c, k, m = parse_action(row[at[d]])
+                c, k, m = _parts(row[at[d]])
                 if k == "F":
                     ready = c == 0 or (c - 1, "F", m) in done
                 elif k in "BI":
@@ -282,7 +286,7 @@ def test_zb1p_runs_with_one_stage_per_rank_as_1f1b_with_deferred_weight_passes(D
             assert [a.replace("I", "B") for a in row if "W" not in a] == ref[d]
             wait_i = wait_w = peak_i = peak_w = 0
             for i, a in enumerate(row):
-                _, k, m = parse_action(a)
+                _, k, m = _parts(a)
                 wait_i += (k == "F") - (k == "I")
                 wait_w += (k == "F") - (k == "W")
                 peak_i, peak_w = max(peak_i, wait_i), max(peak_w, wait_w)
@@ -300,8 +304,8 @@ def test_interleaved_1f1b_with_one_stage_per_rank_is_not_1f1b():
 
 def test_looped_bfs_runs_backwards_in_reverse_microbatch_order():
     for row in torch_orders("looped-bfs", 3, 4, 2):
-        for c in {parse_action(a)[0] for a in row}:
-            assert [parse_action(a)[2] for a in row if a.startswith(f"{c}B")] == [3, 2, 1, 0]
+        for c in {parse_action(a).chunk for a in row}:
+            assert [parse_action(a).mb for a in row if a.startswith(f"{c}B")] == [3, 2, 1, 0]
 
 
 # ----------------------------------------------------------------- registry, layouts, parsing
@@ -327,20 +331,22 @@ def test_unknown_name_lists_the_valid_ones():
     assert isinstance(e.value, UnknownNameError) and isinstance(e.value, KeyError)
 
 
-def test_chunk_device_is_torchs_stage_to_rank_mapping():
+def test_chunk_devices_is_torchs_stage_to_rank_mapping():
     from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping as mapping
 
     for D in DS:
-        assert chunk_device("one", D, 1) == list(range(D))
-        assert chunk_device("v", D, 2) == [mapping(D, 2 * D, style="v")[c] for c in range(2 * D)]
-        assert chunk_device("v", D, 2) == [min(c, 2 * D - 1 - c) for c in range(2 * D)]
+        assert chunk_devices("one", D, 1) == tuple(range(D))
+        assert chunk_devices("v", D, 2) == tuple(mapping(D, 2 * D, style="v")[c]
+                                                 for c in range(2 * D))
+        assert chunk_devices("v", D, 2) == tuple(min(c, 2 * D - 1 - c) for c in range(2 * D))
         for v in VS:
-            assert chunk_device("loop", D, v) == [mapping(D, D * v)[c] for c in range(D * v)]
-            assert device_chunks("loop", D, v)[0] == list(range(0, D * v, D))
-        assert device_chunks("v", D, 2) == [[d, 2 * D - 1 - d] for d in range(D)]
+            assert chunk_devices("loop", D, v) == tuple(mapping(D, D * v)[c]
+                                                        for c in range(D * v))
+            assert device_chunks("loop", D, v)[0] == tuple(range(0, D * v, D))
+        assert device_chunks("v", D, 2) == tuple((d, 2 * D - 1 - d) for d in range(D))
     for bad in (("one", 4, 2), ("v", 4, 3), ("w", 4, 2), ("loop", 0, 2)):
-        with pytest.raises(ScheduleShapeError):
-            chunk_device(*bad)
+        with pytest.raises(LayoutError):
+            chunk_devices(*bad)
 
 
 @pytest.mark.parametrize(("name", "D", "M", "v", "field"), [
@@ -365,13 +371,13 @@ def test_check_returns_the_v_used():
     assert check("zb1p", 2, 8, 1) == 1 and check("looped-bfs", 2, 8, 4) == 4
 
 
-def test_parse_action():
-    assert parse_action("0F1") == (0, "F", 1)
-    assert parse_action("3I2") == (3, "I", 2)
-    assert parse_action("12W10") == (12, "W", 10)
-    assert parse_action(" 1B0 ") == (1, "B", 0)
+def test_parse_action_reads_torchs_action_strings():
+    assert _parts("0F1") == (0, "F", 1)
+    assert _parts("3I2") == (3, "I", 2)
+    assert _parts("12W10") == (12, "W", 10)
+    assert _parts(" 1B0 ") == (1, "B", 0)
     for bad in ("1X0", "F1", "1F", "1SEND_F0", "(0F1;1B0)OVERLAP_F_B", ""):
-        with pytest.raises(ScheduleShapeError, match="expected <stage><F|B|I|W><microbatch>"):
+        with pytest.raises(DevSimError, match="expected"):
             parse_action(bad)
 
 
@@ -386,9 +392,10 @@ def test_torch_orders_refuses_like_check_and_is_not_mutated_through_its_cache():
 def test_the_package_imports_no_torch():
     code = (
         "import sys\n"
-        "from umpipe_bench.torch_schedules import check, chunk_device, parse_action, "
-        "schedule_info\n"
-        "check('zb1p', 4, 8); chunk_device('v', 4, 2); parse_action('0F1'); "
+        "from umpipe_bench.devsim import parse_action\n"
+        "from umpipe_bench.layout import chunk_devices\n"
+        "from umpipe_bench.torch_schedules import check, schedule_info\n"
+        "check('zb1p', 4, 8); chunk_devices('v', 4, 2); parse_action('0F1'); "
         "schedule_info('ScheduleDualPipeV')\n"
         "print(sum(m == 'torch' or m.startswith('torch.') for m in sys.modules))\n"
     )

@@ -35,6 +35,7 @@ __all__ = [
     "LayoutError",
     "balanced_counts",
     "chunk_devices",
+    "device_chunks",
     "group_layers",
 ]
 
@@ -45,19 +46,35 @@ class LayoutError(UmpipeError):
     """A partition or layout does not fit the problem (the message names the field)."""
 
 
-def chunk_devices(kind: str, D: int, v: int = 1) -> tuple[int, ...]:
-    """The device of every chunk ``c = 0..C-1`` of a layout (see the module docstring)."""
-    if not isinstance(D, int) or D < 1:
+def chunk_devices(kind: str, D: int, v: int | None = None) -> tuple[int, ...]:
+    """The device of every chunk ``c = 0..C-1`` of a layout (see the module docstring); the
+    same mapping torch's ``generate_stage_to_rank_mapping`` makes (``style="loop"`` / ``"v"``).
+
+    ``v``: chunks per device; ``one`` needs 1 and ``v`` needs 2 (None: that count, and 1 for
+    ``loop``)."""
+    if kind not in LAYOUT_KINDS:
+        raise LayoutError(f"unknown layout kind {kind!r}; expected one of "
+                          f"{', '.join(LAYOUT_KINDS)}")
+    if isinstance(D, bool) or not isinstance(D, int) or D < 1:
         raise LayoutError(f"devices D must be a positive integer, got {D!r}")
-    if kind == "one":
-        return tuple(range(D))
-    if kind == "loop":
-        if not isinstance(v, int) or v < 1:
-            raise LayoutError(f"chunks per device v must be a positive integer, got {v!r}")
-        return tuple(c % D for c in range(v * D))
+    if v is None:
+        v = 2 if kind == "v" else 1
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise LayoutError(f"chunks per device v must be a positive integer, got {v!r}")
+    if kind == "one" and v != 1:
+        raise LayoutError(f"v: layout 'one' holds one chunk per device, got v = {v}")
+    if kind == "v" and v != 2:
+        raise LayoutError(f"v: layout 'v' holds two chunks per device, got v = {v}")
     if kind == "v":
         return tuple(range(D)) + tuple(reversed(range(D)))
-    raise LayoutError(f"unknown layout kind {kind!r}; expected one of {', '.join(LAYOUT_KINDS)}")
+    return tuple(c % D for c in range(v * D))
+
+
+def device_chunks(kind: str, D: int, v: int | None = None) -> tuple[tuple[int, ...], ...]:
+    """The chunks each device holds, ascending (the inverse of :func:`chunk_devices`; the
+    order torch's stage list on a rank takes)."""
+    devices = chunk_devices(kind, D, v)
+    return tuple(tuple(c for c, d in enumerate(devices) if d == dev) for dev in range(D))
 
 
 def balanced_counts(L: int, C: int) -> tuple[int, ...]:

@@ -36,9 +36,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..layout import device_chunks
 from .errors import PlanRefused
 from .stages import parse_dtype
-from .torch_schedules import TorchEntry, TorchMultiSpec, chunk_layers, rank_chunks
+from .torch_schedules import TorchEntry, TorchMultiSpec, chunk_layers
 from .worker import FAULT_ENV, _optimizer, write_failure
 
 __all__ = ["TorchScheduleRunner", "main", "run_rank"]
@@ -65,7 +66,7 @@ class TorchScheduleRunner:
         kind = entry.kind
         C = len(entry.partition)
         groups = chunk_layers(entry.partition)
-        self.chunks = rank_chunks(kind.layout, D, entry.v, rank)
+        self.chunks = list(device_chunks(kind.layout, D, entry.v)[rank])
         self.layer_ids = [i for c in self.chunks for i in groups[c]]
         self.first = 0 in self.chunks
         self.last = C - 1 in self.chunks
@@ -80,7 +81,7 @@ class TorchScheduleRunner:
             return loss_fn(out, tgt) / B
 
         cls = getattr(pp, entry.torch_class)
-        target = stages[0] if kind.layout == "single" else stages
+        target = stages[0] if kind.single else stages
         self.schedule = cls(target, entry.M, loss_fn=loss, scale_grads=False)
 
     def step(self) -> float | None:
@@ -224,8 +225,7 @@ def _result(
             "partition": e.partition,
             "v": e.v,
             "T_pred": e.T_pred,
-            "chunks_per_rank": [rank_chunks(e.kind.layout, spec.D, e.v, r)
-                                for r in range(spec.D)],
+            "chunks_per_rank": [list(cs) for cs in device_chunks(e.kind.layout, spec.D, e.v)],
             "times": wall.max(dim=0).values.tolist(),
             "rank_times": wall.tolist(),
             "loss": loss[holder[0]].tolist() if holder else [],

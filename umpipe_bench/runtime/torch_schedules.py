@@ -2,18 +2,15 @@
 accepts, and the plain-data spec a launch hands to its processes (docs/MODEL.md §5).
 
 A torch schedule runs ``C = D * v`` chunks (contiguous groups of the model's layers) on ``D``
-ranks, each chunk a ``PipelineStage``. The chunk-to-rank layout is fixed by the schedule class:
-
-* ``single``: ``ScheduleGPipe``, ``Schedule1F1B``: one chunk per rank (``C = D``);
-* ``loop``: ``ScheduleInterleaved1F1B``, ``ScheduleLoopedBFS``, ``ScheduleInterleavedZeroBubble``:
-  rank ``r`` holds chunks ``r, r + D, r + 2D, ...`` (``v`` per rank);
-* ``v``: ``ScheduleZBVZeroBubble``, ``ScheduleDualPipeV``: rank ``r`` holds chunks ``r`` and
-  ``2D - 1 - r`` (``v = 2``).
+ranks, each chunk a ``PipelineStage``. The schedules, their chunk-to-rank layouts (``one``,
+``loop``, ``v``) and the ``(D, M, v)`` torch's constructors refuse (torch 2.13) are
+:mod:`umpipe_bench.torch_schedules`'s; where each chunk runs is
+:func:`umpipe_bench.layout.chunk_devices`.
 
 Every microbatch has ``B / M`` samples: torch cuts the batch with ``tensor_split`` and sizes
-its receive buffers by the first microbatch, so ``M`` must divide ``B`` (pytorch#126600). The
-other conditions checked here are the ones torch's constructors raise on (torch 2.13), so a
-plan torch would refuse is refused before any process starts. Pure: no torch import.
+its receive buffers by the first microbatch, so ``M`` must divide ``B`` (pytorch#126600).
+:func:`make_entry` checks that, the partition, and torch's own rules, so a plan torch would
+refuse is refused before any process starts. Pure: no torch import.
 """
 
 from __future__ import annotations
@@ -25,60 +22,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..torch_schedules import (
+    ScheduleNameError,
+    ScheduleShapeError,
+    TorchSchedule,
+    check,
+    schedule_info,
+)
 from .errors import PlanRefused
 from .spec import BACKENDS, DTYPE_NAMES, OPTIMIZERS
 
 __all__ = [
-    "ALIASES",
-    "SCHEDULES",
     "WORKLOADS",
-    "ScheduleKind",
     "TorchEntry",
     "TorchMultiSpec",
     "chunk_layers",
-    "chunk_ranks",
     "make_entry",
-    "rank_chunks",
 ]
-
-
-@dataclass(frozen=True)
-class ScheduleKind:
-    """A torch schedule class: its chunk layout and whether it splits backward into I and W."""
-
-    torch_class: str
-    layout: str  # "single" | "loop" | "v"
-    split_backward: bool
-
-
-SCHEDULES: dict[str, ScheduleKind] = {
-    k.torch_class: k
-    for k in (
-        ScheduleKind("ScheduleGPipe", "single", False),
-        ScheduleKind("Schedule1F1B", "single", False),
-        ScheduleKind("ScheduleInterleaved1F1B", "loop", False),
-        ScheduleKind("ScheduleLoopedBFS", "loop", False),
-        ScheduleKind("ScheduleInterleavedZeroBubble", "loop", True),
-        ScheduleKind("ScheduleZBVZeroBubble", "v", True),
-        ScheduleKind("ScheduleDualPipeV", "v", True),
-    )
-}
-
-#: short names accepted where no ``torch_class`` is given
-ALIASES: dict[str, str] = {
-    "gpipe": "ScheduleGPipe",
-    "1f1b": "Schedule1F1B",
-    "interleaved-1f1b": "ScheduleInterleaved1F1B",
-    "interleaved1f1b": "ScheduleInterleaved1F1B",
-    "looped-bfs": "ScheduleLoopedBFS",
-    "loopedbfs": "ScheduleLoopedBFS",
-    "interleaved-zb": "ScheduleInterleavedZeroBubble",
-    "interleaved-zero-bubble": "ScheduleInterleavedZeroBubble",
-    "zbv": "ScheduleZBVZeroBubble",
-    "zb-v": "ScheduleZBVZeroBubble",
-    "dualpipev": "ScheduleDualPipeV",
-    "dualpipe-v": "ScheduleDualPipeV",
-}
 
 
 #: Workloads for measuring torch's schedules on 2 CPU processes, one thread each: 14 and 16
@@ -100,22 +60,6 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "layers": 16,
     },
 }
-
-
-def chunk_ranks(layout: str, D: int, v: int) -> list[int]:
-    """``rank[c]``: the rank that holds chunk ``c`` (``C = D * v`` chunks)."""
-    if layout == "single":
-        return list(range(D))
-    if layout == "loop":
-        return [c % D for c in range(D * v)]
-    if layout == "v":
-        return list(range(D)) + list(reversed(range(D)))
-    raise ValueError(f"unknown layout {layout!r}")
-
-
-def rank_chunks(layout: str, D: int, v: int, rank: int) -> list[int]:
-    """The chunks rank ``rank`` holds, in increasing order (the order torch's stage list takes)."""
-    return [c for c, r in enumerate(chunk_ranks(layout, D, v)) if r == rank]
 
 
 def chunk_layers(partition: Sequence[int]) -> list[list[int]]:
@@ -140,8 +84,9 @@ class TorchEntry:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def kind(self) -> ScheduleKind:
-        return SCHEDULES[self.torch_class]
+    def kind(self) -> TorchSchedule:
+        """The schedule's registry entry (layout, split backward)."""
+        return schedule_info(self.torch_class)
 
 
 def make_entry(
@@ -149,19 +94,17 @@ def make_entry(
 ) -> TorchEntry:
     """Check one entry of a predictor's JSON (``schedule``, ``torch_class``, ``M``,
     ``partition``, optional ``v`` and ``T_pred``) against torch's rules; errors name the entry
-    and the field."""
+    and the field. The schedule is ``torch_class`` or, without one, ``schedule``, either
+    spelled as :func:`umpipe_bench.torch_schedules.schedule_info` accepts."""
     where = f"entry {index} ({item.get('schedule', item.get('torch_class', '?'))!r})"
     cls = item.get("torch_class")
-    if cls is None:
-        name = str(item.get("schedule", "")).lower()
-        if name not in ALIASES:
-            raise PlanRefused(f"{where}: no 'torch_class' and 'schedule' is not one of "
-                              f"{', '.join(sorted(ALIASES))}")
-        cls = ALIASES[name]
-    if cls not in SCHEDULES:
-        raise PlanRefused(f"{where}: field 'torch_class' must be one of "
-                          f"{', '.join(SCHEDULES)}, got {cls!r}")
-    kind = SCHEDULES[cls]
+    try:
+        info = schedule_info(cls if cls is not None else item.get("schedule", ""))
+    except ScheduleNameError as e:
+        what = ("field 'torch_class' must be a torch schedule" if cls is not None
+                else "no 'torch_class', and field 'schedule'")
+        raise PlanRefused(f"{where}: {what}: {e}") from None
+    cls = info.torch_class
     M = item.get("M")
     if isinstance(M, bool) or not isinstance(M, int) or M < 1:
         raise PlanRefused(f"{where}: field 'M' must be a positive int, got {M!r}")
@@ -183,23 +126,16 @@ def make_entry(
     if "v" in item and item["v"] is not None and int(item["v"]) != v:
         raise PlanRefused(f"{where}: field 'v' is {item['v']} but the partition has {C} chunks "
                           f"on D = {D} ranks (v = {v})")
-    if kind.layout == "single" and v != 1:
+    if info.layout == "one" and v != 1:
         raise PlanRefused(f"{where}: {cls} runs one chunk per rank (partition of {D}), "
                           f"got {C} chunks")
-    if kind.layout == "v" and v != 2:
+    if info.layout == "v" and v != 2:
         raise PlanRefused(f"{where}: {cls} runs exactly 2 chunks per rank (partition of "
                           f"{2 * D}), got {C} chunks")
-    if kind.layout == "loop" and v < 1:
-        raise PlanRefused(f"{where}: {cls} needs at least one chunk per rank")
-    if cls == "Schedule1F1B" and M < D:
-        raise PlanRefused(f"{where}: Schedule1F1B needs M >= {D} stages, got M = {M}")
-    if kind.layout == "loop" and cls != "ScheduleLoopedBFS":
-        rounds = max(1, M // D)
-        if M % rounds:
-            raise PlanRefused(f"{where}: {cls} needs M to be a multiple of its rounds "
-                              f"max(1, M // D) = {rounds}, got M = {M}")
-    if cls == "ScheduleDualPipeV" and M < C:
-        raise PlanRefused(f"{where}: ScheduleDualPipeV needs M >= {C} chunks, got M = {M}")
+    try:
+        check(info.name, D, M, v)
+    except ScheduleShapeError as e:
+        raise PlanRefused(f"{where}: {e}") from None
     known = {"schedule", "torch_class", "M", "partition", "v", "T_pred", "label"}
     T_pred = item.get("T_pred")
     default = f"{item.get('schedule', cls)}:M{M}:{'-'.join(map(str, part))}"

@@ -7,29 +7,21 @@ The package imports no torch; :func:`torch_orders` imports it when called. See
 from __future__ import annotations
 
 from .orders import (
-    LAYOUTS,
     TORCH_SCHEDULES,
     ScheduleNameError,
     ScheduleShapeError,
     TorchSchedule,
     check,
-    chunk_device,
-    device_chunks,
-    parse_action,
     schedule_info,
     torch_orders,
 )
 
 __all__ = [
-    "LAYOUTS",
     "TORCH_SCHEDULES",
     "ScheduleNameError",
     "ScheduleShapeError",
     "TorchSchedule",
     "check",
-    "chunk_device",
-    "device_chunks",
-    "parse_action",
     "schedule_info",
     "torch_orders",
 ]

@@ -4,14 +4,15 @@
 (``PipelineScheduleSingle``: one stage per rank) and five multi-stage ones
 (``_PipelineScheduleRuntime``: several stages per rank). This module names them, says how
 their stages (model chunks) sit on the ranks, says which ``(D, M, v)`` torch refuses (with one
-line naming the field), parses torch's action strings, and, in :func:`torch_orders`, asks torch
-for the compute operations each rank runs.
+line naming the field), and, in :func:`torch_orders`, asks torch for the compute operations
+each rank runs.
 
 Action strings are torch's: ``"3I2"`` is (virtual) stage 3's backward-for-inputs of
-microbatch 2. The number before the letter is the stage index, i.e. the model chunk, not the
-rank; :func:`chunk_device` maps it to the rank. Letters: ``F`` forward, ``B`` full backward,
-``I`` backward for inputs, ``W`` backward for weights (``I`` + ``W`` of a microbatch replace
-its ``B``).
+microbatch 2 (:func:`umpipe_bench.devsim.parse_action` reads them). The number before the
+letter is the stage index, i.e. the model chunk, not the rank;
+:func:`umpipe_bench.layout.chunk_devices` maps it to the rank. Letters: ``F`` forward, ``B``
+full backward, ``I`` backward for inputs, ``W`` backward for weights (``I`` + ``W`` of a
+microbatch replace its ``B``).
 
 Everything here except :func:`torch_orders` is pure: the module imports no torch; torch is
 imported inside :func:`torch_orders` only.
@@ -19,28 +20,22 @@ imported inside :func:`torch_orders` only.
 
 from __future__ import annotations
 
-import re
 import types
 from dataclasses import dataclass
 from functools import lru_cache
 
 from ..errors import UmpipeError, UnknownNameError
+from ..layout import device_chunks
 
 __all__ = [
-    "LAYOUTS",
     "TORCH_SCHEDULES",
     "ScheduleNameError",
     "ScheduleShapeError",
     "TorchSchedule",
     "check",
-    "chunk_device",
-    "device_chunks",
-    "parse_action",
     "schedule_info",
     "torch_orders",
 ]
-
-LAYOUTS = ("one", "loop", "v")
 
 
 class ScheduleNameError(UnknownNameError):
@@ -48,7 +43,7 @@ class ScheduleNameError(UnknownNameError):
 
 
 class ScheduleShapeError(UmpipeError):
-    """A ``(D, M, v)`` torch would refuse for a schedule, or a malformed action string."""
+    """A ``(D, M, v)`` torch would refuse for a schedule."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,31 +105,6 @@ def schedule_info(name: str) -> TorchSchedule:
     return TORCH_SCHEDULES[key]
 
 
-def chunk_device(kind: str, D: int, v: int) -> list[int]:
-    """The rank of every chunk ``c = 0 .. D*v - 1`` under layout ``kind`` (see
-    :class:`TorchSchedule`); the same mapping torch's ``generate_stage_to_rank_mapping``
-    makes (``style="loop"`` / ``"v"``)."""
-    if kind not in LAYOUTS:
-        raise ScheduleShapeError(f"layout must be one of {', '.join(LAYOUTS)}, got {kind!r}")
-    if D < 1 or v < 1:
-        raise ScheduleShapeError(f"D and v must be >= 1, got D = {D}, v = {v}")
-    if kind == "one" and v != 1:
-        raise ScheduleShapeError(f"v: layout 'one' holds one chunk per rank, got v = {v}")
-    if kind == "v" and v != 2:
-        raise ScheduleShapeError(f"v: layout 'v' holds two chunks per rank, got v = {v}")
-    if kind == "v":
-        return list(range(D)) + list(reversed(range(D)))
-    return [c % D for c in range(D * v)]
-
-
-def device_chunks(kind: str, D: int, v: int) -> list[list[int]]:
-    """The chunks each rank holds, ascending (inverse of :func:`chunk_device`)."""
-    out: list[list[int]] = [[] for _ in range(D)]
-    for c, d in enumerate(chunk_device(kind, D, v)):
-        out[d].append(c)
-    return out
-
-
 def check(name: str, D: int, M: int, v: int | None = None) -> int:
     """Raise :class:`ScheduleShapeError` (one line naming the field) when torch 2.13 would
     refuse schedule ``name`` on ``D`` ranks, ``M`` microbatches, ``v`` chunks per rank;
@@ -178,18 +148,6 @@ def check(name: str, D: int, M: int, v: int | None = None) -> int:
                 f"M: {cls} needs M to be a multiple of its rounds max(1, M // D) = {rounds} "
                 f"with D = {D}, got M = {M}")
     return v
-
-
-_ACTION = re.compile(r"(\d+)([FBIW])(\d+)")
-
-
-def parse_action(action: str) -> tuple[int, str, int]:
-    """``"3I2"`` -> ``(3, "I", 2)``: (stage, kind, microbatch) of a compute action string."""
-    m = _ACTION.fullmatch(str(action).strip())
-    if m is None:
-        raise ScheduleShapeError(
-            f"action {action!r}: expected <stage><F|B|I|W><microbatch>, e.g. '0F1'")
-    return int(m.group(1)), m.group(2), int(m.group(3))
 
 
 # ----------------------------------------------------------------------------------- torch part
