@@ -63,6 +63,7 @@ from umpipe_bench.runtime.torch_schedules import (  # noqa: E402
     TorchMultiSpec,
     make_entry,
 )
+from umpipe_bench.layout import balanced_counts  # noqa: E402
 from umpipe_bench.torch_schedules import TORCH_SCHEDULES  # noqa: E402
 
 D = 2
@@ -93,10 +94,22 @@ def resolve_workload(w: Any) -> dict[str, Any]:
             "layers": int(w["layers"]) if w.get("layers") is not None else None}
 
 
-def even_partition(n_layers: int, C: int) -> list[int]:
-    """``n_layers`` split into ``C`` contiguous chunks as evenly as possible (larger first)."""
-    q, r = divmod(n_layers, C)
-    return [q + (1 if c < r else 0) for c in range(C)]
+def predicted_entries(problem_name: str, mode: str) -> dict[str, Any]:
+    """An entries file from the predictor: every torch schedule at its best (v, M, partition)
+    on the one-layer-per-stage ``problem_name`` for ``D`` devices (``umpipe-bench schedules``),
+    with its predicted T."""
+    from umpipe_bench.torch_schedules.best import schedule_table
+
+    problem = get_problem(problem_name)
+    entries = []
+    for r in schedule_table(problem, D, mode):
+        if r.choice is None:
+            print(f"predict: {r.schedule} left out: {r.reason}", file=sys.stderr)
+            continue
+        c = r.choice
+        entries.append({"schedule": r.schedule, "torch_class": r.torch_class, "M": c.M,
+                        "partition": list(c.counts), "v": c.v, "T_pred": c.T})
+    return {"workload": problem_name, "entries": entries}
 
 
 def example_entries(name: str) -> dict[str, Any]:
@@ -108,7 +121,8 @@ def example_entries(name: str) -> dict[str, Any]:
         for M in (4, 8):
             if w["B"] % M == 0:
                 entries.append({"schedule": info.name, "torch_class": info.torch_class, "M": M,
-                                "partition": even_partition(w["layers"], C), "v": C // D})
+                                "partition": list(balanced_counts(w["layers"], C)),
+                                "v": C // D})
     return {"workload": name, "entries": entries}
 
 
@@ -241,12 +255,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--example", metavar="WORKLOAD",
                     help="print an entries file for WORKLOAD (every schedule, M 4 and 8, even "
                     "partitions) and exit")
+    ap.add_argument("--predict", metavar="PROBLEM",
+                    help="print an entries file predicted from the one-layer-per-stage problem "
+                    "PROBLEM (every schedule at its best v, M and partition on D = 2, with "
+                    "T_pred) and exit")
+    ap.add_argument("--mode", default="stash", choices=("stash", "recompute"),
+                    help="memory mode of --predict (the runtime keeps activations: stash)")
     ap.add_argument("--profile-command", metavar="WORKLOAD",
                     help="print the command writing WORKLOAD's one-layer-per-stage problem")
     args = ap.parse_args(argv)
     try:
         if args.example:
             print(json.dumps(example_entries(args.example), indent=1))
+            return 0
+        if args.predict:
+            print(json.dumps(predicted_entries(args.predict, args.mode), indent=1))
             return 0
         if args.profile_command:
             if args.profile_command not in WORKLOADS:
