@@ -1,0 +1,268 @@
+"""Split backward (docs/MODEL.md §1c): the input-gradient pass I and the weight-gradient pass W
+of one stage, timed by the engine (:mod:`.engine`), and the bytes a microbatch holds between
+them.
+
+Zero-bubble schedules (Qi et al., ICLR 2024; torch's ``ScheduleInterleavedZeroBubble``,
+``ScheduleZBVZeroBubble``, ``ScheduleDualPipeV``) run a stage's backward as two passes:
+
+* **I** (:func:`backward_input`): ``torch.autograd.grad`` of the stage output (last stage: the
+  loss) w.r.t. the stage input, graph retained. Before it, the autograd graph is split at its
+  *frontier*: the nodes on a path to the stage input that also have a child leading only to
+  parameters (a Linear's ``addmm``, a LayerNorm's or a convolution's backward node). A pre-hook
+  on each frontier node keeps the gradient that arrives there during I.
+* **W** (:func:`backward_weight`): ``torch.autograd.grad`` from each frontier node
+  (``GradientEdge``) with its kept gradient down to the parameters; it re-runs only the
+  frontier nodes and their parameter-only children, never the input-gradient path again.
+  Results are accumulated into ``p.grad`` (as a full backward does).
+
+A stage whose input needs no gradient (stage 0) has nothing to compute in I; as torch's
+``PipelineStage.backward_weight_one_chunk`` does for the first stage, its W is the whole
+backward (``torch.autograd.grad`` w.r.t. all parameters).
+
+Between I and W the microbatch holds the saved tensors of every node still reachable from a
+frontier node (the output side of the graph is dropped after I), plus the kept gradients;
+:func:`measure_split_memory` counts both, and separately the saved tensors W actually reads.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.autograd.graph import GradientEdge, Node
+
+from .rig import StageRig, stage_forward
+
+__all__ = [
+    "SplitMemoryFigures",
+    "SplitState",
+    "backward_input",
+    "backward_weight",
+    "measure_split_memory",
+]
+
+
+@dataclass
+class _Frontier:
+    """One frontier node: its parameter-only child edges ``(child, input_nr)``, the parameters
+    below each, and the gradient that reached the node during I."""
+
+    node: Node
+    edges: list[tuple[Node, int]]
+    params: list[list[torch.nn.Parameter]]
+    grads: tuple[torch.Tensor | None, ...] | None = None
+
+
+@dataclass
+class SplitState:
+    """What a microbatch keeps from its I pass for its W pass."""
+
+    frontier: list[_Frontier] = field(default_factory=list)
+    #: stage 0 (input needs no gradient): W is the whole backward of these
+    full: tuple[torch.Tensor, torch.Tensor | None] | None = None
+    params: list[torch.nn.Parameter] = field(default_factory=list)
+
+
+def _graph(root: Node) -> list[Node]:
+    """Every node reachable from ``root``, children before parents (iterative post-order)."""
+    order: list[Node] = []
+    seen: set[Node] = {root}
+    stack: list[tuple[Node, int]] = [(root, 0)]
+    while stack:
+        node, i = stack.pop()
+        nexts = node.next_functions
+        if i < len(nexts):
+            stack.append((node, i + 1))
+            child = nexts[i][0]
+            if child is not None and child not in seen:
+                seen.add(child)
+                stack.append((child, 0))
+        else:
+            order.append(node)
+    return order
+
+
+def _frontier(root: Node, x: torch.Tensor, params: list[torch.nn.Parameter]) -> list[_Frontier]:
+    """Split the graph under ``root`` at its frontier (module docstring): the nodes that reach
+    the stage input ``x`` and have children reaching only parameters."""
+    by_id = {id(p): p for p in params}
+    reaches_input: dict[Node, bool] = {}
+    below: dict[Node, frozenset[int]] = {}  # ids of parameters reachable from a node
+    for node in _graph(root):
+        var = getattr(node, "variable", None)
+        if var is not None:  # AccumulateGrad of a leaf
+            reaches_input[node] = var is x
+            below[node] = frozenset({id(var)}) if id(var) in by_id else frozenset()
+            continue
+        kids = [c for c, _ in node.next_functions if c is not None]
+        reaches_input[node] = any(reaches_input[c] for c in kids)
+        below[node] = frozenset().union(*(below[c] for c in kids))
+    out: list[_Frontier] = []
+    for node, to_input in reaches_input.items():
+        if not to_input:
+            continue
+        edges = [(c, nr) for c, nr in node.next_functions
+                 if c is not None and not reaches_input[c] and below[c]]
+        if edges:
+            out.append(_Frontier(node, edges,
+                                 [[by_id[i] for i in sorted(below[c])] for c, _ in edges]))
+    return out
+
+
+def backward_input(rig: StageRig, x: torch.Tensor, out: torch.Tensor, m: int,
+                   start: int = 0) -> SplitState:
+    """The I pass of :func:`.rig.stage_forward`'s output: the stage-input gradient into
+    ``x.grad``, the frontier gradients kept for :func:`backward_weight`. The caller drops
+    ``out`` afterwards (the output side of the graph is then freed)."""
+    params = [p for p in rig.module.parameters() if p.requires_grad]
+    grad = None if rig.grad_out is None else rig.grad_out[start:start + m]
+    if not (rig.needs_input_grad and x.requires_grad):
+        return SplitState(full=(out, grad), params=params)
+    frontier = _frontier(out.grad_fn, x, params) if out.grad_fn is not None else []
+    handles = []
+
+    def keeper(f: _Frontier) -> Callable[[tuple[torch.Tensor | None, ...]], None]:
+        def hook(grads: tuple[torch.Tensor | None, ...]) -> None:
+            f.grads = tuple(grads)
+        return hook
+
+    try:
+        for f in frontier:
+            handles.append(f.node.register_prehook(keeper(f)))
+        (dx,) = torch.autograd.grad(out, (x,), grad, retain_graph=True)
+    finally:
+        for h in handles:
+            h.remove()
+    x.grad = dx
+    return SplitState(frontier=frontier, params=params)
+
+
+def _accumulate(p: torch.nn.Parameter, g: torch.Tensor | None) -> None:
+    if g is None:
+        return
+    if p.grad is None:
+        p.grad = g
+    else:
+        p.grad.add_(g)
+
+
+def backward_weight(state: SplitState) -> None:
+    """The W pass: parameter gradients accumulated into ``p.grad``; the graph is freed.
+
+    Two steps, both ``torch.autograd.grad``: (a) per frontier node, from its kept gradient to
+    its parameter-only child edges (only the frontier node runs); (b) per distinct child edge
+    that is not a parameter itself (a transpose or view of a weight), its summed gradient
+    down to the parameters below it. Summing per edge first keeps a parameter used in several
+    places (shared weights) exact: every contribution is propagated once."""
+    if state.full is not None:
+        out, grad = state.full
+        state.full = None
+        if state.params:
+            gs = torch.autograd.grad(out, state.params, grad, allow_unused=True)
+            for p, g in zip(state.params, gs):
+                _accumulate(p, g)
+        return
+    frontier, state.frontier = state.frontier, []
+    pending: dict[tuple[Node, int], tuple[torch.Tensor, list[torch.nn.Parameter]]] = {}
+    for f in frontier:
+        if f.grads is None:  # not reached by the I pass: no gradient flows here
+            continue
+        roots = [GradientEdge(f.node, i) for i, g in enumerate(f.grads) if g is not None]
+        gouts = [g for g in f.grads if g is not None]
+        gs = torch.autograd.grad(roots, [GradientEdge(c, nr) for c, nr in f.edges], gouts,
+                                 retain_graph=True, allow_unused=True)
+        for (c, nr), ps, g in zip(f.edges, f.params, gs):
+            if g is None:
+                continue
+            if getattr(c, "variable", None) is not None:
+                _accumulate(c.variable, g)
+            elif (c, nr) in pending:
+                pending[(c, nr)] = (pending[(c, nr)][0] + g, ps)
+            else:
+                pending[(c, nr)] = (g, ps)
+    for (c, nr), (g, ps) in pending.items():
+        gs = torch.autograd.grad([GradientEdge(c, nr)], ps, [g], retain_graph=True,
+                                 allow_unused=True)
+        for p, gp in zip(ps, gs):
+            _accumulate(p, gp)
+
+
+@dataclass(frozen=True)
+class SplitMemoryFigures:
+    """Bytes per sample (docs/MODEL.md §1c) at one size, parameters and the stage input left
+    out as in ``saved_act_bytes_per_sample``: the saved activations still referenced after I
+    plus the kept frontier gradients (``held``), its two parts, and the saved activations W
+    reads (``w_reads``, a lower bound of what any implementation must hold)."""
+
+    held: float
+    held_saved: float
+    held_grads: float
+    w_reads: float
+    saved: float
+
+
+class _Box:
+    """A saved tensor as autograd stores it under the counting hooks (weak-referenceable)."""
+
+    __slots__ = ("__weakref__", "t")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+
+def _storage_bytes(tensors: Any, skip: set[int]) -> int:
+    seen: dict[int, int] = {}
+    for t in tensors:
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip:
+            seen[st.data_ptr()] = st.nbytes()
+    return sum(seen.values())
+
+
+def measure_split_memory(rig: StageRig, m: int,
+                         loss_fn: Callable[[Any, Any], torch.Tensor]) -> SplitMemoryFigures:
+    """Count, for one forward of ``m`` samples followed by :func:`backward_input`, which saved
+    tensors autograd still holds (each saved tensor is boxed by ``saved_tensors_hooks``; a box
+    alive after I, with the output dropped and garbage collected, is held) and which ones
+    :func:`backward_weight` unpacks. Distinct storages, per sample."""
+    skip = {p.untyped_storage().data_ptr() for p in rig.module.parameters()}
+    skip.add(rig.inputs.untyped_storage().data_ptr())
+    boxes: list[weakref.ref[_Box]] = []
+    read: dict[int, torch.Tensor] = {}
+
+    def pack(t: torch.Tensor) -> _Box:
+        b = _Box(t)
+        boxes.append(weakref.ref(b))
+        return b
+
+    def unpack(b: _Box) -> torch.Tensor:
+        if reading:
+            read[id(b)] = b.t
+        return b.t
+
+    reading = False
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        x, out = stage_forward(rig, m, loss_fn)
+        saved = _storage_bytes((r().t for r in boxes if r() is not None), skip)
+        state = backward_input(rig, x, out, m)
+        del out
+        gc.collect()
+        alive = [r() for r in boxes]
+        held_saved = _storage_bytes((b.t for b in alive if b is not None), skip)
+        del alive
+        kept = [g for f in state.frontier for g in (f.grads or ()) if g is not None]
+        held_grads = _storage_bytes(kept, skip)
+        del kept
+        reading = True
+        backward_weight(state)
+        reading = False
+    w_reads = _storage_bytes(read.values(), skip)
+    del state
+    read.clear()
+    rig.module.zero_grad(set_to_none=False)
+    return SplitMemoryFigures(held=(held_saved + held_grads) / m, held_saved=held_saved / m,
+                              held_grads=held_grads / m, w_reads=w_reads / m, saved=saved / m)
