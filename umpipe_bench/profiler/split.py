@@ -206,12 +206,14 @@ class SplitMemoryFigures:
 
 
 class _Box:
-    """A saved tensor as autograd stores it under the counting hooks (weak-referenceable)."""
+    """A saved tensor as autograd stores it under the counting hooks (weak-referenceable).
+    It keeps a detached alias (same storage): a node's saved *output* kept with its
+    ``grad_fn`` would make a reference cycle node -> box -> tensor -> node that outlives I."""
 
     __slots__ = ("__weakref__", "t")
 
     def __init__(self, t: torch.Tensor) -> None:
-        self.t = t
+        self.t = t.detach()
 
 
 def _storage_bytes(tensors: Any, skip: set[int]) -> int:
@@ -242,7 +244,7 @@ def measure_split_memory(rig: StageRig, m: int,
     def unpack(b: _Box) -> torch.Tensor:
         if reading:
             read[id(b)] = b.t
-        return b.t
+        return b.t.detach()  # a fresh alias: autograd may attach a grad_fn to what it gets
 
     reading = False
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
