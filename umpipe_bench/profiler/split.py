@@ -11,9 +11,10 @@ Zero-bubble schedules (Qi et al., ICLR 2024; torch's ``ScheduleInterleavedZeroBu
   parameters (a Linear's ``addmm``, a LayerNorm's or a convolution's backward node). A pre-hook
   on each frontier node keeps the gradient that arrives there during I.
 * **W** (:func:`backward_weight`): ``torch.autograd.grad`` from each frontier node
-  (``GradientEdge``) with its kept gradient down to the parameters; it re-runs only the
-  frontier nodes and their parameter-only children, never the input-gradient path again.
-  Results are accumulated into ``p.grad`` (as a full backward does).
+  (``GradientEdge``) with its kept gradient down to the parameters below it; it re-runs only
+  the frontier node and its parameter-only children, never the input-gradient path again
+  (except between nodes that share a parameter, see :func:`backward_weight`). Results are
+  accumulated into ``p.grad`` (as a full backward does).
 
 A stage whose input needs no gradient (stage 0) has nothing to compute in I; as torch's
 ``PipelineStage.backward_weight_one_chunk`` does for the first stage, its W is the whole
@@ -48,12 +49,11 @@ __all__ = [
 
 @dataclass
 class _Frontier:
-    """One frontier node: its parameter-only child edges ``(child, input_nr)``, the parameters
-    below each, and the gradient that reached the node during I."""
+    """One frontier node: the parameters below its parameter-only children and the gradient
+    that reached it during I."""
 
     node: Node
-    edges: list[tuple[Node, int]]
-    params: list[list[torch.nn.Parameter]]
+    params: list[torch.nn.Parameter]
     grads: tuple[torch.Tensor | None, ...] | None = None
 
 
@@ -61,7 +61,8 @@ class _Frontier:
 class SplitState:
     """What a microbatch keeps from its I pass for its W pass."""
 
-    frontier: list[_Frontier] = field(default_factory=list)
+    #: frontier nodes in groups: nodes that share a parameter form one group
+    groups: list[list[_Frontier]] = field(default_factory=list)
     #: stage 0 (input needs no gradient): W is the whole backward of these
     full: tuple[torch.Tensor, torch.Tensor | None] | None = None
     params: list[torch.nn.Parameter] = field(default_factory=list)
@@ -86,9 +87,12 @@ def _graph(root: Node) -> list[Node]:
     return order
 
 
-def _frontier(root: Node, x: torch.Tensor, params: list[torch.nn.Parameter]) -> list[_Frontier]:
+def _frontier(root: Node, x: torch.Tensor,
+              params: list[torch.nn.Parameter]) -> list[list[_Frontier]]:
     """Split the graph under ``root`` at its frontier (module docstring): the nodes that reach
-    the stage input ``x`` and have children reaching only parameters."""
+    the stage input ``x`` and have children reaching only parameters. Nodes whose
+    parameter-only children share a parameter (one weight used in several places) form one
+    group; every other node is a group of its own."""
     by_id = {id(p): p for p in params}
     reaches_input: dict[Node, bool] = {}
     below: dict[Node, frozenset[int]] = {}  # ids of parameters reachable from a node
@@ -101,16 +105,32 @@ def _frontier(root: Node, x: torch.Tensor, params: list[torch.nn.Parameter]) -> 
         kids = [c for c, _ in node.next_functions if c is not None]
         reaches_input[node] = any(reaches_input[c] for c in kids)
         below[node] = frozenset().union(*(below[c] for c in kids))
-    out: list[_Frontier] = []
+    nodes: list[tuple[Node, frozenset[int]]] = []
     for node, to_input in reaches_input.items():
-        if not to_input:
-            continue
-        edges = [(c, nr) for c, nr in node.next_functions
-                 if c is not None and not reaches_input[c] and below[c]]
-        if edges:
-            out.append(_Frontier(node, edges,
-                                 [[by_id[i] for i in sorted(below[c])] for c, _ in edges]))
-    return out
+        if to_input:
+            mine = frozenset().union(*(below[c] for c, _ in node.next_functions
+                                       if c is not None and not reaches_input[c]))
+            if mine:
+                nodes.append((node, mine))
+    # group nodes sharing a parameter (union-find over node indices)
+    parent = list(range(len(nodes)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[int, int] = {}
+    for i, (_, mine) in enumerate(nodes):
+        for pid in mine:
+            j = first.setdefault(pid, i)
+            parent[find(i)] = find(j)
+    groups: dict[int, list[_Frontier]] = {}
+    for i, (node, mine) in enumerate(nodes):
+        groups.setdefault(find(i), []).append(
+            _Frontier(node, [by_id[k] for k in sorted(mine)]))
+    return list(groups.values())
 
 
 def backward_input(rig: StageRig, x: torch.Tensor, out: torch.Tensor, m: int,
@@ -122,7 +142,7 @@ def backward_input(rig: StageRig, x: torch.Tensor, out: torch.Tensor, m: int,
     grad = None if rig.grad_out is None else rig.grad_out[start:start + m]
     if not (rig.needs_input_grad and x.requires_grad):
         return SplitState(full=(out, grad), params=params)
-    frontier = _frontier(out.grad_fn, x, params) if out.grad_fn is not None else []
+    groups = _frontier(out.grad_fn, x, params) if out.grad_fn is not None else []
     handles = []
 
     def keeper(f: _Frontier) -> Callable[[tuple[torch.Tensor | None, ...]], None]:
@@ -131,14 +151,15 @@ def backward_input(rig: StageRig, x: torch.Tensor, out: torch.Tensor, m: int,
         return hook
 
     try:
-        for f in frontier:
-            handles.append(f.node.register_prehook(keeper(f)))
+        for group in groups:
+            for f in group:
+                handles.append(f.node.register_prehook(keeper(f)))
         (dx,) = torch.autograd.grad(out, (x,), grad, retain_graph=True)
     finally:
         for h in handles:
             h.remove()
     x.grad = dx
-    return SplitState(frontier=frontier, params=params)
+    return SplitState(groups=groups, params=params)
 
 
 def _accumulate(p: torch.nn.Parameter, g: torch.Tensor | None) -> None:
@@ -153,11 +174,13 @@ def _accumulate(p: torch.nn.Parameter, g: torch.Tensor | None) -> None:
 def backward_weight(state: SplitState) -> None:
     """The W pass: parameter gradients accumulated into ``p.grad``; the graph is freed.
 
-    Two steps, both ``torch.autograd.grad``: (a) per frontier node, from its kept gradient to
-    its parameter-only child edges (only the frontier node runs); (b) per distinct child edge
-    that is not a parameter itself (a transpose or view of a weight), its summed gradient
-    down to the parameters below it. Summing per edge first keeps a parameter used in several
-    places (shared weights) exact: every contribution is propagated once."""
+    One ``torch.autograd.grad`` per group of frontier nodes, from the nodes' kept gradients
+    to the group's parameters. A one-node group runs only that node and its parameter-only
+    children. In a group sharing a parameter the paths between its nodes lead to the shared
+    parameter too, so the engine runs them again; a pre-hook on each node of the group puts
+    back its kept gradient (else gradients arriving from the group's upper nodes would count
+    twice). That re-run is W's price for shared weights (torch's ``stage_backward_weight``
+    merges such parameter groups the same way)."""
     if state.full is not None:
         out, grad = state.full
         state.full = None
@@ -166,29 +189,26 @@ def backward_weight(state: SplitState) -> None:
             for p, g in zip(state.params, gs):
                 _accumulate(p, g)
         return
-    frontier, state.frontier = state.frontier, []
-    pending: dict[tuple[Node, int], tuple[torch.Tensor, list[torch.nn.Parameter]]] = {}
-    for f in frontier:
-        if f.grads is None:  # not reached by the I pass: no gradient flows here
+    groups, state.groups = state.groups, []
+    for group in groups:
+        reached = [f for f in group if f.grads is not None]  # else no gradient flows there
+        if not reached:
             continue
-        roots = [GradientEdge(f.node, i) for i, g in enumerate(f.grads) if g is not None]
-        gouts = [g for g in f.grads if g is not None]
-        gs = torch.autograd.grad(roots, [GradientEdge(c, nr) for c, nr in f.edges], gouts,
-                                 retain_graph=True, allow_unused=True)
-        for (c, nr), ps, g in zip(f.edges, f.params, gs):
-            if g is None:
-                continue
-            if getattr(c, "variable", None) is not None:
-                _accumulate(c.variable, g)
-            elif (c, nr) in pending:
-                pending[(c, nr)] = (pending[(c, nr)][0] + g, ps)
-            else:
-                pending[(c, nr)] = (g, ps)
-    for (c, nr), (g, ps) in pending.items():
-        gs = torch.autograd.grad([GradientEdge(c, nr)], ps, [g], retain_graph=True,
-                                 allow_unused=True)
-        for p, gp in zip(ps, gs):
-            _accumulate(p, gp)
+        roots = [GradientEdge(f.node, i) for f in reached for i, g in enumerate(f.grads)
+                 if g is not None]
+        gouts = [g for f in reached for g in f.grads if g is not None]
+        ps = list({id(p): p for f in reached for p in f.params}.values())
+        handles = []
+        try:
+            if len(reached) > 1:
+                for f in reached:
+                    handles.append(f.node.register_prehook(lambda _g, kept=f.grads: kept))
+            gs = torch.autograd.grad(roots, ps, gouts, allow_unused=True)
+        finally:
+            for h in handles:
+                h.remove()
+        for p, g in zip(ps, gs):
+            _accumulate(p, g)
 
 
 @dataclass(frozen=True)
@@ -256,7 +276,7 @@ def measure_split_memory(rig: StageRig, m: int,
         alive = [r() for r in boxes]
         held_saved = _storage_bytes((b.t for b in alive if b is not None), skip)
         del alive
-        kept = [g for f in state.frontier for g in (f.grads or ()) if g is not None]
+        kept = [g for grp in state.groups for f in grp for g in (f.grads or ()) if g is not None]
         held_grads = _storage_bytes(kept, skip)
         del kept
         reading = True
