@@ -252,6 +252,7 @@ def measure_cells(
     opt: bool = True,
     locality: Sequence[int] | None = None,
     split: bool = False,
+    split_recompute: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> Measurements:
     """Time every (stage, size) cell and every stage's optimizer step, interleaved.
@@ -266,7 +267,9 @@ def measure_cells(
     own rbwd and opt.
 
     ``split=True`` adds two passes to every (stage, size) cell: the split stash pass (forward,
-    I, W) and the split recompute pass (forward + I, W), docs/MODEL.md §1c.
+    I, W) and the split recompute pass (forward + I, W), docs/MODEL.md §1c;
+    ``split_recompute=False`` leaves the latter out (``ribwd`` and ``rwbwd`` stay empty: a
+    shorter run for scripts that need no ``ribwd``).
     """
     if repeats < 1:
         raise ProfileError(f"repeats must be >= 1, got {repeats}")
@@ -288,7 +291,7 @@ def measure_cells(
         for k in ("ibwd", "ribwd", "wbwd", "rwbwd", "sfwd")
     }
     passes = ["stash"] + (["recompute"] if recompute else []) + (
-        ["split", "rsplit"] if split else [])
+        (["split", "rsplit"] if split_recompute else ["split"]) if split else [])
     o_s: list[list[float]] = [[] for _ in range(S)]
     loc: list[list[LocalityRound]] = [[] for _ in range(S)]
     total = warmup + repeats
@@ -323,9 +326,11 @@ def measure_cells(
                     if recompute:
                         r_s[s][i].append(tr)
                     if split:
-                        for key, v in (("sfwd", tsf), ("ibwd", ti), ("wbwd", tw),
-                                       ("ribwd", tri), ("rwbwd", trw)):
+                        for key, v in (("sfwd", tsf), ("ibwd", ti), ("wbwd", tw)):
                             sp[key][s][i].append(v)
+                    if split and split_recompute:
+                        sp["ribwd"][s][i].append(tri)
+                        sp["rwbwd"][s][i].append(trw)
             if progress is not None:
                 progress(1)
     out = Measurements(sizes=tuple(sizes), cells_per_round=len(cells), rounds=total,
@@ -346,6 +351,8 @@ def measure_cells(
         out.opt.append(CellStats.of(o_s[s]) if opt else CellStats(0.0, math.nan, ()))
         if split:
             for key, samples in sp.items():
+                if key in ("ribwd", "rwbwd") and not split_recompute:
+                    continue
                 getattr(out, key).append([CellStats.of(samples[s][i]) for i in range(n)])
     return out
 
