@@ -152,16 +152,17 @@ def _split_into(args: argparse.Namespace) -> int:
     run_bwd = problem.provenance["split_backward"]["run_bwd"]
     print(f"wrote {path}: split backward of {problem.S} stages, sizes {list(problem.sizes)}, "
           f"{problem.provenance['split_backward']['seconds']} s")
-    print(f"{'stage':>5}  {'I/B':>6}  {'W/B':>6}  {'(I+W)/B':>7}  {'rI/rB':>6}  {'drift':>6}  "
-          f"{'w_held/saved':>12}  name   (ratios at size B; drift = run bwd / file bwd)")
+    print("ratios at size B against this run's own bwd (run B); drift = run B / the file's bwd")
+    print(f"{'stage':>5}  {'I/B':>6}  {'W/B':>6}  {'(I+W)/B':>7}  {'drift':>6}  "
+          f"{'w_held/saved':>12}  name")
     for s, st in enumerate(problem.stages):
-        b = st.bwd[-1]
+        b = run_bwd[s][-1]
         held = st.memory.w_held_bytes_per_sample if st.memory is not None else None
         saved = st.memory.saved_act_bytes_per_sample if st.memory is not None else None
         frac = f"{held / saved:.2f}" if held is not None and saved else "-"
         print(f"{s:>5}  {st.ibwd[-1] / b:>6.3f}  {st.wbwd[-1] / b:>6.3f}  "
-              f"{(st.ibwd[-1] + st.wbwd[-1]) / b:>7.3f}  {st.ribwd[-1] / st.rbwd[-1]:>6.3f}  "
-              f"{run_bwd[s][-1] / b:>6.3f}  {frac:>12}  {st.name}")
+              f"{(st.ibwd[-1] + st.wbwd[-1]) / b:>7.3f}  {b / st.bwd[-1]:>6.3f}  "
+              f"{frac:>12}  {st.name}")
     return 0
 
 
