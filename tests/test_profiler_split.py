@@ -287,3 +287,9 @@ def test_split_backward_into_errors_are_one_line(argv, tiny_file, tmp_path, caps
     assert main(["profile", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("umpipe-bench profile: error:")
+
+
+def test_profile_without_model_names_what_is_missing(tmp_path, capsys):
+    assert main(["profile", "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "MODEL" in err and "--batch" in err
