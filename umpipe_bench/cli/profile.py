@@ -36,11 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "optimizer step on the sizes 1, 2, 4, ..., B (warm-up, then interleaved round-robin "
         "rounds; medians and max/min noise), memory figures, boundary bytes, and a link "
         "calibrated by a gloo ping-pong between two local processes. Stages: one layer each "
-        "(default), --layers-per-stage, or --stages S balanced by measured time.",
+        "(default), --layers-per-stage, or --stages S balanced by measured time. "
+        "--split-backward also measures the split backward of zero-bubble schedules "
+        "(docs/MODEL.md §1c); --split-backward-into FILE adds only those tables to an existing "
+        "profiled problem file.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("model", metavar="MODEL", help="model name")
-    p.add_argument("--batch", "-B", type=int, required=True, help="mini-batch size B")
+    p.add_argument("model", metavar="MODEL", nargs="?", help="model name")
+    p.add_argument("--batch", "-B", type=int, help="mini-batch size B (required with MODEL)")
     grp = p.add_mutually_exclusive_group()
     grp.add_argument("--stages", type=int, help="S stages balanced by measured layer time")
     grp.add_argument(
@@ -52,8 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --stages: take layer times from this one-layer-per-stage profile (same "
         "model, config and B) instead of a probe",
     )
-    p.add_argument("--device", default="cpu", help="torch device: cpu or cuda[:N]")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--device", help="torch device: cpu or cuda[:N] (default: cpu; with "
+                   "--split-backward-into: the file's)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: 1; with "
+                   "--split-backward-into: the file's)")
     p.add_argument("--seq", type=int, help="config override: sequence length (gpt1 models)")
     p.add_argument("--image", type=int, help="config override: image side (vgg16 models)")
     p.add_argument(
@@ -93,20 +98,86 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--link-backend", choices=("gloo", "nccl"), default="gloo", help="calibration backend"
     )
     p.add_argument("--name", help="problem name (default: the --out file stem)")
-    p.add_argument("--out", required=True, metavar="FILE", help="problem JSON file to write")
+    p.add_argument("--out", metavar="FILE", help="problem JSON file to write (required with "
+                   "MODEL)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--no-locality", action="store_true",
         help="do not measure the backward locality factors bwd_far (docs/MODEL.md §1b); "
         "the problem then charges every stash backward its near cost",
     )
+    p.add_argument(
+        "--split-backward", action="store_true",
+        help="also measure the split backward (ibwd: input-gradient pass I, ribwd: recompute "
+        "forward + I, wbwd: weight-gradient pass W, and memory.w_held_bytes_per_sample; "
+        "docs/MODEL.md §1c) in the same rounds; off by default: it roughly doubles the time "
+        "of the rounds",
+    )
+    p.add_argument(
+        "--split-backward-into", metavar="FILE",
+        help="instead of a new profile: measure the split backward of the profiled problem "
+        "FILE (model, config, grouping, B, dtype, seed, threads from its provenance; "
+        "--threads, --repeats, --warmup, --device apply when given) and write the tables into "
+        "FILE (atomically), every other number unchanged; the run's own fwd/bwd medians go to "
+        "provenance.split_backward for a drift check. Takes no MODEL and no --out",
+    )
     p.set_defaults(func=run)
+
+
+def _split_into(args: argparse.Namespace) -> int:
+    """``--split-backward-into FILE``: measure, write FILE atomically, print the ratios."""
+    from pathlib import Path
+
+    from ..profiler.profile import split_backward_into
+    from ._paths import check_output_file, writing
+
+    given = [name for name, bad in (("MODEL", args.model is not None),
+                                    ("--out", args.out is not None),
+                                    ("--batch", args.batch is not None),
+                                    ("--stages", args.stages is not None),
+                                    ("--layers-per-stage", args.layers_per_stage is not None),
+                                    ("--split-backward", args.split_backward)) if bad]
+    if given:
+        raise UserInputError(f"--split-backward-into takes its model and grouping from the "
+                             f"file; drop {', '.join(given)}")
+    path = Path(args.split_backward_into)
+    if not path.is_file():
+        raise UserInputError(f"--split-backward-into {str(path)!r}: no such file")
+    check_output_file(path, "--split-backward-into")
+    problem = split_backward_into(
+        path, repeats=args.repeats, warmup=args.warmup,
+        threads=args.threads, device=args.device, progress=not args.no_progress,
+        log=lambda msg: print(msg, file=sys.stderr))
+    with writing(path, "--split-backward-into"):
+        problem.save(path)
+    run_bwd = problem.provenance["split_backward"]["run_bwd"]
+    print(f"wrote {path}: split backward of {problem.S} stages, sizes {list(problem.sizes)}, "
+          f"{problem.provenance['split_backward']['seconds']} s")
+    print("ratios at size B against this run's own bwd (run B); drift = run B / the file's bwd")
+    print(f"{'stage':>5}  {'I/B':>6}  {'W/B':>6}  {'(I+W)/B':>7}  {'drift':>6}  "
+          f"{'w_held/saved':>12}  name")
+    for s, st in enumerate(problem.stages):
+        b = run_bwd[s][-1]
+        held = st.memory.w_held_bytes_per_sample if st.memory is not None else None
+        saved = st.memory.saved_act_bytes_per_sample if st.memory is not None else None
+        frac = f"{held / saved:.2f}" if held is not None and saved else "-"
+        print(f"{s:>5}  {st.ibwd[-1] / b:>6.3f}  {st.wbwd[-1] / b:>6.3f}  "
+              f"{(st.ibwd[-1] + st.wbwd[-1]) / b:>7.3f}  {b / st.bwd[-1]:>6.3f}  "
+              f"{frac:>12}  {st.name}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     """Profile, save atomically, print a one-line summary per stage; 0 on success."""
     from pathlib import Path
 
+    if args.split_backward_into is not None:
+        return _split_into(args)
+    if args.model is None or args.batch is None or args.out is None:
+        missing = [n for n, v in (("MODEL", args.model), ("--batch", args.batch),
+                                  ("--out", args.out)) if v is None]
+        raise UserInputError(f"profile needs {', '.join(missing)} (or --split-backward-into "
+                             "FILE)")
     from ..profiler.partition import parse_layers_per_stage
     from ..profiler.profile import Grouping, LinkFigures, profile_model
     from ._paths import check_output_file, writing
@@ -133,8 +204,8 @@ def run(args: argparse.Namespace) -> int:
         B=args.batch,
         grouping=Grouping(layers_per_stage=lps, stages=args.stages, balance_from=args.balance_from),
         config=config,
-        device=args.device,
-        threads=args.threads,
+        device=args.device or "cpu",
+        threads=1 if args.threads is None else args.threads,
         repeats=args.repeats,
         warmup=args.warmup,
         optimizer=args.optimizer,
@@ -148,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         log=lambda msg: print(msg, file=sys.stderr),
         co_run=args.co_run,
         locality=not args.no_locality,
+        split_backward=args.split_backward,
     )
     with writing(out, "--out"):
         problem.save(out)

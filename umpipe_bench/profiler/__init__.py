@@ -3,6 +3,8 @@
 Façade (a pure algorithm behind a small measuring API, as torchgpipe's balance):
 
 * :func:`profile_model` -- measure a registered model into a validated ``Problem``;
+* :func:`split_backward_into` -- add the split-backward tables (docs/MODEL.md §1c) to an
+  existing profiled problem file's ``Problem``;
 * :func:`calibrate_link` -- gloo ping-pong between two local processes, fitted to
   ``latency + bytes / bandwidth``;
 * :func:`balanced_partition`, :func:`size_grid`, :func:`fit_link` -- pure algorithms (no torch).
@@ -24,12 +26,14 @@ __all__ = [
     "parse_layers_per_stage",
     "profile_model",
     "size_grid",
+    "split_backward_into",
 ]
 
 _WHERE = {
     "Grouping": ".profile",
     "LinkFigures": ".profile",
     "profile_model": ".profile",
+    "split_backward_into": ".profile",
     "calibrate_link": ".link",
     "balanced_partition": ".partition",
     "parse_layers_per_stage": ".partition",

@@ -22,7 +22,8 @@ from .engine import Measurements
 from .link import LinkCalibration
 from .locality import far_factor
 
-__all__ = ["HOW", "ProfileSettings", "assemble", "boundary_links", "provenance", "stage_costs"]
+__all__ = ["HOW", "HOW_SPLIT", "ProfileSettings", "assemble", "boundary_links", "provenance",
+           "split_fields", "stage_costs"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,22 @@ HOW: dict[str, str] = {
     "input-gradient bytes per sample; latency/bandwidth: see link",
 }
 
+#: How the split-backward figures are measured (docs/MODEL.md §1c).
+HOW_SPLIT: dict[str, str] = {
+    "ibwd": "median of the input-gradient pass I (torch.autograd.grad w.r.t. the stage input, "
+    "graph retained, gradients at the graph's parameter frontier kept) directly after the "
+    "forward, in its own split stash pass; stage 0 (input needs no gradient) computes nothing "
+    "in I, as torch's first stage",
+    "ribwd": "median of one interval: forward again with autograd + I (split recompute pass)",
+    "wbwd": "median of the weight-gradient pass W (per frontier node torch.autograd.grad from "
+    "its kept gradient w.r.t. the parameters below it, accumulated into .grad) directly "
+    "after the I of the same microbatch; stage 0: the whole backward w.r.t. the parameters",
+    "w_held": "memory.w_held_bytes_per_sample = saved activations autograd still holds after "
+    "I (saved_tensors_hooks boxes alive once the output is dropped; distinct storages without "
+    "parameters and the stage input) + the kept frontier gradients, at size B divided by B; "
+    "stages[s].extra.split_memory splits it and gives what W actually reads",
+}
+
 
 def _r(x: float) -> float | None:
     """Round a noise figure for the file (None for not-measured)."""
@@ -83,11 +100,38 @@ def _host(device: str) -> dict[str, Any]:
     return host
 
 
+def split_fields(meas: Measurements, s: int, smem: Any | None) -> dict[str, Any]:
+    """Stage ``s``'s split-backward tables (``ibwd``, ``ribwd``, ``wbwd``) and the
+    ``extra`` records of their noise and memory (docs/MODEL.md §1c); {} when not measured."""
+    if not meas.ibwd:
+        return {}
+    out: dict[str, Any] = {k: tuple(c.median for c in getattr(meas, k)[s])
+                           for k in ("ibwd", "ribwd", "wbwd")}
+    out["noise"] = {k: [_r(c.noise) for c in getattr(meas, k)[s]]
+                    for k in ("ibwd", "ribwd", "wbwd")}
+    out["rwbwd"] = [c.median for c in meas.rwbwd[s]]
+    if smem is not None:
+        out["split_memory"] = {
+            "held_saved_bytes_per_sample": smem.held_saved,
+            "held_grad_bytes_per_sample": smem.held_grads,
+            "w_reads_bytes_per_sample": smem.w_reads,
+            "saved_bytes_per_sample": smem.saved,
+        }
+    return out
+
+
 def stage_costs(meas: Measurements, mem: Sequence[Any], rigs_layers: Sequence[tuple[int, int]],
-                layer_names: Sequence[str]) -> list[StageCosts]:
+                layer_names: Sequence[str],
+                split_mem: Sequence[Any] | None = None) -> list[StageCosts]:
     """One :class:`StageCosts` per stage: median tables, memory, name, noise per cell."""
     stages = []
     for s, (a, b) in enumerate(rigs_layers):
+        sf = split_fields(meas, s, split_mem[s] if split_mem else None)
+        split_extra: dict[str, Any] = {}
+        if sf:
+            split_extra = {"split_noise": sf["noise"], "wbwd_after_ribwd": sf["rwbwd"]}
+            if "split_memory" in sf:
+                split_extra["split_memory"] = sf["split_memory"]
         bwd_far, loc_extra = _locality(meas, s)
         names = layer_names[a:b]
         label = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
@@ -101,6 +145,8 @@ def stage_costs(meas: Measurements, mem: Sequence[Any], rigs_layers: Sequence[tu
                     param_bytes=float(mem[s].param_bytes),
                     saved_act_bytes_per_sample=float(mem[s].saved_act_bytes_per_sample),
                     input_bytes_per_sample=float(mem[s].input_bytes_per_sample),
+                    w_held_bytes_per_sample=(float(split_mem[s].held) if sf and split_mem
+                                             else None),
                 ),
                 name=f"L{a}-{b - 1} {label}" if b - a > 1 else f"L{a} {label}",
                 extra={
@@ -115,8 +161,12 @@ def stage_costs(meas: Measurements, mem: Sequence[Any], rigs_layers: Sequence[tu
                     "grad_bytes": mem[s].grad_bytes,
                     "optimizer_state_bytes": mem[s].optimizer_state_bytes,
                     **loc_extra,
+                    **split_extra,
                 },
                 bwd_far=bwd_far,
+                ibwd=sf.get("ibwd"),
+                ribwd=sf.get("ribwd"),
+                wbwd=sf.get("wbwd"),
             )
         )
     return stages
@@ -179,6 +229,11 @@ def provenance(model: str, config: dict[str, Any], lps: Sequence[int], meas: Mea
         "memory": HOW["memory"],
         "links": HOW["links"],
     }
+    if meas.ibwd:
+        how["order"] += ("; with the split backward each (stage, size) cell runs four passes "
+                         "(stash, recompute, split stash F-I-W, split recompute FI-W) in an "
+                         "order rotating by round")
+        how.update(HOW_SPLIT)
     if meas.locality_sizes is not None:
         sizes = list(meas.locality_sizes)
         how["bwd_far"] = (
@@ -217,9 +272,10 @@ def provenance(model: str, config: dict[str, Any], lps: Sequence[int], meas: Mea
 def assemble(name: str, *, model: str, config: dict[str, Any], B: int, lps: Sequence[int],
              meas: Measurements, mem: Sequence[Any], cal: LinkCalibration,
              rigs_layers: Sequence[tuple[int, int]], layer_names: Sequence[str],
-             settings: ProfileSettings) -> Problem:
-    """The validated problem of one profile."""
-    stages = stage_costs(meas, mem, rigs_layers, layer_names)
+             settings: ProfileSettings, split_mem: Sequence[Any] | None = None) -> Problem:
+    """The validated problem of one profile (``split_mem``: :mod:`.split` memory figures at
+    size B when the split backward was measured)."""
+    stages = stage_costs(meas, mem, rigs_layers, layer_names, split_mem)
     return Problem(
         name=name,
         B=B,

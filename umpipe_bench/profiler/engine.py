@@ -12,11 +12,16 @@ What is measured for each stage ``s`` and size ``m`` of the grid (docs/MODEL.md 
 
 * ``bwd_far[s]`` (optional): far/near backward time ratio of the stage (docs/MODEL.md §1b),
   from one backward locality cell per stage (:mod:`.locality`).
+* ``ibwd/ribwd/wbwd[s](m)`` (optional, ``split=True``; docs/MODEL.md §1c, :mod:`.split`): a
+  stash pass split as forward, input-gradient pass I (``ibwd``), then the weight-gradient pass
+  W of the same microbatch (``wbwd``); and a recompute pass split as one interval forward + I
+  (``ribwd``), then W.
 
 Timing order. After ``warmup`` discarded rounds, each of ``repeats`` rounds visits every cell
 (stage x size, plus one optimizer cell and maybe one locality cell per stage) once; round
-``r`` starts at a different offset of the cell list (a rotation), and the stash and recompute
-passes of a cell swap order every round. Slow drift of the machine therefore lands on all cells
+``r`` starts at a different offset of the cell list (a rotation), and the passes of a cell
+(stash, recompute, and with ``split`` the split stash and split recompute passes) rotate their
+order every round (two passes: they swap). Slow drift of the machine therefore lands on all cells
 alike instead of on the sizes measured last. Each figure is the median over the rounds; its
 noise figure is max/min.
 
@@ -41,6 +46,7 @@ import torch
 from ..errors import ProfileError
 from .locality import LocalityRound, locality_round
 from .rig import StageRig, prepare_rigs, stage_backward, stage_forward
+from .split import backward_input, backward_weight
 
 __all__ = [
     "CLOCKS",
@@ -140,6 +146,38 @@ def _recompute_pass(rig: StageRig, m: int, loss_fn: Callable, clock: Clock) -> f
     return clock.seconds(t0, t1)
 
 
+def _split_pass(rig: StageRig, m: int, loss_fn: Callable,
+                clock: Clock) -> tuple[float, float, float]:
+    """Forward, I, then W of the same microbatch: three intervals (the output is dropped
+    inside I's interval, as torch's ``stage_backward_input`` detaches it)."""
+    clock.sync()
+    t0 = clock.mark()
+    x, out = stage_forward(rig, m, loss_fn)
+    t1 = clock.mark()
+    state = backward_input(rig, x, out, m)
+    del out
+    t2 = clock.mark()
+    backward_weight(state)
+    t3 = clock.mark()
+    clock.sync()
+    return clock.seconds(t0, t1), clock.seconds(t1, t2), clock.seconds(t2, t3)
+
+
+def _split_recompute_pass(rig: StageRig, m: int, loss_fn: Callable,
+                          clock: Clock) -> tuple[float, float]:
+    """Recompute mode's split backward: forward again + I as one interval, then W."""
+    clock.sync()
+    t0 = clock.mark()
+    x, out = stage_forward(rig, m, loss_fn)
+    state = backward_input(rig, x, out, m)
+    del out
+    t1 = clock.mark()
+    backward_weight(state)
+    t2 = clock.mark()
+    clock.sync()
+    return clock.seconds(t0, t1), clock.seconds(t1, t2)
+
+
 def _opt_pass(rig: StageRig, clock: Clock) -> float:
     if rig.optimizer is None:
         return 0.0
@@ -178,6 +216,14 @@ class Measurements:
     bwd: list[list[CellStats]] = field(default_factory=list)
     rbwd: list[list[CellStats]] = field(default_factory=list)
     opt: list[CellStats] = field(default_factory=list)
+    #: split backward (``split=True``; empty otherwise): I (stash), forward + I (recompute),
+    #: W timed after the stash I, and W timed after the recompute I (a cross-check)
+    ibwd: list[list[CellStats]] = field(default_factory=list)
+    ribwd: list[list[CellStats]] = field(default_factory=list)
+    wbwd: list[list[CellStats]] = field(default_factory=list)
+    rwbwd: list[list[CellStats]] = field(default_factory=list)
+    #: the forwards timed in the split stash pass (a cross-check of ``fwd``)
+    sfwd: list[list[CellStats]] = field(default_factory=list)
     cells_per_round: int = 0
     rounds: int = 0
     locality: list[list[LocalityRound]] = field(default_factory=list)
@@ -205,6 +251,8 @@ def measure_cells(
     recompute: bool = True,
     opt: bool = True,
     locality: Sequence[int] | None = None,
+    split: bool = False,
+    split_recompute: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> Measurements:
     """Time every (stage, size) cell and every stage's optimizer step, interleaved.
@@ -214,7 +262,14 @@ def measure_cells(
 
     ``recompute=False`` skips the rbwd pass (its statistics then copy ``fwd + bwd`` medians and
     are marked with noise NaN); ``opt=False`` skips optimizer cells (opt = 0). Those two
-    switches serve the quick per-layer probe used for balancing, never a committed profile.
+    switches serve the quick per-layer probe used for balancing and the split-backward run
+    added to an existing profile (:func:`.profile.split_backward_into`), which keeps the file's
+    own rbwd and opt.
+
+    ``split=True`` adds two passes to every (stage, size) cell: the split stash pass (forward,
+    I, W) and the split recompute pass (forward + I, W), docs/MODEL.md §1c;
+    ``split_recompute=False`` leaves the latter out (``ribwd`` and ``rwbwd`` stay empty: a
+    shorter run for scripts that need no ``ribwd``).
     """
     if repeats < 1:
         raise ProfileError(f"repeats must be >= 1, got {repeats}")
@@ -231,6 +286,12 @@ def measure_cells(
     f_s = [[[] for _ in range(n)] for _ in range(S)]
     b_s = [[[] for _ in range(n)] for _ in range(S)]
     r_s = [[[] for _ in range(n)] for _ in range(S)]
+    sp: dict[str, list[list[list[float]]]] = {
+        k: [[[] for _ in range(n)] for _ in range(S)]
+        for k in ("ibwd", "ribwd", "wbwd", "rwbwd", "sfwd")
+    }
+    passes = ["stash"] + (["recompute"] if recompute else []) + (
+        (["split", "rsplit"] if split_recompute else ["split"]) if split else [])
     o_s: list[list[float]] = [[] for _ in range(S)]
     loc: list[list[LocalityRound]] = [[] for _ in range(S)]
     total = warmup + repeats
@@ -249,18 +310,27 @@ def measure_cells(
                     loc[s].append(lr)
             else:
                 m = sizes[i]
-                stash_first = r % 2 == 0 or not recompute
-                if stash_first:
-                    tf, tb = _stash_pass(rig, m, loss_fn, clock)
-                if recompute:
-                    tr = _recompute_pass(rig, m, loss_fn, clock)
-                if not stash_first:
-                    tf, tb = _stash_pass(rig, m, loss_fn, clock)
+                k = r % len(passes)
+                for kind in passes[k:] + passes[:k]:
+                    if kind == "stash":
+                        tf, tb = _stash_pass(rig, m, loss_fn, clock)
+                    elif kind == "recompute":
+                        tr = _recompute_pass(rig, m, loss_fn, clock)
+                    elif kind == "split":
+                        tsf, ti, tw = _split_pass(rig, m, loss_fn, clock)
+                    else:
+                        tri, trw = _split_recompute_pass(rig, m, loss_fn, clock)
                 if keep:
                     f_s[s][i].append(tf)
                     b_s[s][i].append(tb)
                     if recompute:
                         r_s[s][i].append(tr)
+                    if split:
+                        for key, v in (("sfwd", tsf), ("ibwd", ti), ("wbwd", tw)):
+                            sp[key][s][i].append(v)
+                    if split and split_recompute:
+                        sp["ribwd"][s][i].append(tri)
+                        sp["rwbwd"][s][i].append(trw)
             if progress is not None:
                 progress(1)
     out = Measurements(sizes=tuple(sizes), cells_per_round=len(cells), rounds=total,
@@ -279,6 +349,11 @@ def measure_cells(
                 ]
             )
         out.opt.append(CellStats.of(o_s[s]) if opt else CellStats(0.0, math.nan, ()))
+        if split:
+            for key, samples in sp.items():
+                if key in ("ribwd", "rwbwd") and not split_recompute:
+                    continue
+                getattr(out, key).append([CellStats.of(samples[s][i]) for i in range(n)])
     return out
 
 

@@ -12,15 +12,22 @@ itself is put together by :mod:`.assemble`. What ends up in the problem (docs/MO
 * ``links[s]``: activation and gradient bytes per sample across boundary ``s -> s+1`` (measured
   tensors) and the calibrated (or given) latency and bandwidth, the same for every boundary;
 * ``provenance``: model, config, layers_per_stage (the runtime rebuilds stages from these three),
-  device, torch version, threads, date, repeats, and how each figure was measured.
+  device, torch version, threads, date, repeats, and how each figure was measured;
+* with ``split_backward=True``: ``stages[s].ibwd/ribwd/wbwd`` and
+  ``stages[s].memory.w_held_bytes_per_sample`` (docs/MODEL.md §1c, :mod:`.split`).
+
+:func:`split_backward_into` adds the split-backward tables to an existing profiled problem
+file, leaving every other number of the file as it was.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +35,23 @@ import torch
 
 from ..errors import ProfileError
 from ..problem import Problem, ProblemError
-from .assemble import ProfileSettings, assemble
+from .assemble import HOW_SPLIT, ProfileSettings, assemble, split_fields
 from .corunner import co_runner
 from .engine import Measurements, make_clock, measure_cells, measure_memory, prepare_rigs
 from .link import LinkCalibration, calibrate_link
 from .linkfit import message_grid
 from .locality import reference_sizes
 from .partition import balanced_partition, check_layers_per_stage, one_per_stage, size_grid
+from .split import measure_split_memory
 
-__all__ = ["Grouping", "LinkFigures", "Profiler", "layer_costs_from_problem", "profile_model"]
+__all__ = [
+    "Grouping",
+    "LinkFigures",
+    "Profiler",
+    "layer_costs_from_problem",
+    "profile_model",
+    "split_backward_into",
+]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -107,6 +122,7 @@ def profile_model(
     log: Callable[[str], None] | None = None,
     co_run: bool = False,
     locality: bool = True,
+    split_backward: bool = False,
 ) -> Problem:
     """Profile ``model`` (a name from :func:`problems.models.get_model`) at mini-batch ``B``.
 
@@ -121,12 +137,14 @@ def profile_model(
     shared memory system.
     ``locality=True`` also measures each stage's backward locality factor ``bwd_far``
     (docs/MODEL.md §1b, :mod:`.locality`) inside the same rounds; False leaves it absent.
+    ``split_backward=True`` also measures the split backward (I, forward + I, W) in the same
+    rounds and the bytes held between I and W (docs/MODEL.md §1c, :mod:`.split`).
     """
     profiler = Profiler(model, B=B, grouping=grouping, config=config, device=device,
                         threads=threads, repeats=repeats, warmup=warmup, optimizer=optimizer,
                         dtype=dtype, seed=seed, clock=clock, link=link,
                         link_backend=link_backend, progress=progress, log=log, co_run=co_run,
-                        locality=locality)
+                        locality=locality, split_backward=split_backward)
     return profiler.run(name)
 
 
@@ -141,13 +159,14 @@ class Profiler:
                  device: str, threads: int | None, repeats: int, warmup: int, optimizer: str,
                  dtype: str, seed: int, clock: str, link: LinkFigures | None,
                  link_backend: str, progress: bool, log: Callable[[str], None] | None,
-                 co_run: bool, locality: bool = True) -> None:
+                 co_run: bool, locality: bool = True, split_backward: bool = False) -> None:
         self.model, self.B, self.grouping = model, B, grouping
         self.config = dict(config or {})
         self.threads, self.repeats, self.warmup = threads, repeats, warmup
         self.optimizer, self.dtype, self.seed, self.clock = optimizer, dtype, seed, clock
         self.link, self.link_backend = link, link_backend
         self.progress, self.co_run = progress, co_run
+        self.split = split_backward
         # one microbatch has no far order: nothing to measure at B = 1
         self.locality = reference_sizes(B) if locality and B > 1 else None
         self.say = log or (lambda _msg: None)
@@ -251,7 +270,7 @@ class Profiler:
                            enabled=self.co_run):
                 return measure_cells(rigs, sizes, self.spec.loss, self.timer,
                                      repeats=self.repeats, warmup=self.warmup,
-                                     locality=self.locality,
+                                     locality=self.locality, split=self.split,
                                      progress=bar.update if bar is not None else None)
         finally:
             if bar is not None:
@@ -260,6 +279,12 @@ class Profiler:
     def measure_memory(self, rigs: Sequence[Any]) -> list[Any]:
         """Memory figures and boundary bytes of every stage at size B."""
         return [measure_memory(rig, self.B, self.spec.loss) for rig in rigs]
+
+    def measure_split_memory(self, rigs: Sequence[Any]) -> list[Any] | None:
+        """Bytes held between I and W of every stage at size B (None: split not measured)."""
+        if not self.split:
+            return None
+        return [measure_split_memory(rig, self.B, self.spec.loss) for rig in rigs]
 
     @property
     def _co_m(self) -> int:
@@ -280,6 +305,7 @@ class Profiler:
             cal = self.calibrate(rigs)
             meas = self.time_rounds(rigs)
             mem = self.measure_memory(rigs)
+            split_mem = self.measure_split_memory(rigs)
             settings = ProfileSettings(
                 device=str(self.dev), threads=torch.get_num_threads(), repeats=self.repeats,
                 warmup=self.warmup, optimizer=self.optimizer, dtype=self.dtype, seed=self.seed,
@@ -293,7 +319,7 @@ class Profiler:
                             config=self.full_config, B=self.B, lps=lps, meas=meas, mem=mem,
                             cal=cal, rigs_layers=[rig.layers for rig in rigs],
                             layer_names=[type(layer).__name__ for layer in self.layers],
-                            settings=settings)
+                            settings=settings, split_mem=split_mem)
         finally:
             torch.set_num_threads(previous_threads)  # a library call leaves no trace
 
@@ -310,3 +336,124 @@ def _progress_bar(total: int, model: str, enabled: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, desc=f"profile {model}", unit="cell", mininterval=1.0)
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - platforms without it
+        return None
+
+
+def split_backward_into(
+    path: str | os.PathLike[str],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    threads: int | None = None,
+    device: str | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> Problem:
+    """Measure the split backward of the profiled problem file ``path`` and return the problem
+    with ``ibwd``, ``ribwd``, ``wbwd`` and ``memory.w_held_bytes_per_sample`` added; every
+    other number is kept as it is (save it to update the file).
+
+    Model, config, grouping, B, dtype, seed, optimizer, device and threads come from the file's
+    provenance (``threads``/``device`` may be overridden). One run times, in interleaved
+    rounds (:func:`.engine.measure_cells`), the stash pass (fwd, bwd), the split stash pass
+    (fwd, I, W) and the split recompute pass (fwd + I, W) of every (stage, size) cell;
+    ``provenance.split_backward`` records the run: date, rounds, threads, load averages at its
+    start and end, and its own fwd and bwd medians, so a reader can compare them with the
+    file's (drift between the two runs). Raises :class:`ProblemError` or
+    :class:`ProfileError` with one line when the file is not a profiled problem.
+    """
+    problem = Problem.load(path)
+    where = f"--split-backward-into {str(path)!r}"
+    prov = dict(problem.provenance)
+    if prov.get("source") != "profiled":
+        raise ProfileError(f"{where}: provenance 'source' is {prov.get('source')!r}, not "
+                           "'profiled' (only a profiled problem can be measured again)")
+    for key in ("model", "config", "layers_per_stage"):
+        if key not in prov:
+            raise ProfileError(f"{where}: provenance has no field {key!r}")
+    lps = prov["layers_per_stage"]
+    if not isinstance(lps, list) or len(lps) != problem.S:
+        raise ProfileError(f"{where}: provenance 'layers_per_stage' {lps!r} does not give "
+                           f"{problem.S} stages")
+    if tuple(problem.sizes) != size_grid(problem.B):
+        raise ProfileError(f"{where}: field 'sizes' {list(problem.sizes)} is not the profiler's "
+                           f"grid {list(size_grid(problem.B))} for B={problem.B}")
+    threads = threads if threads is not None else int(prov.get("threads", 1))
+    profiler = Profiler(
+        str(prov["model"]), B=problem.B, grouping=Grouping(layers_per_stage=tuple(lps)),
+        config=prov["config"], device=device or str(prov.get("device", "cpu")), threads=threads,
+        repeats=repeats, warmup=warmup, optimizer=str(prov.get("optimizer", "adam")),
+        dtype=str(prov.get("dtype", "float32")), seed=int(prov.get("seed", 0)),
+        clock=str(prov.get("clock", "wall")), link=None, link_backend="gloo",
+        progress=progress, log=log, co_run=False, locality=False, split_backward=True)
+    say = log or (lambda _msg: None)
+    started, load_start = time.perf_counter(), _loadavg()
+    date = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    previous_threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        profiler.load()
+        if profiler.full_config != dict(prov["config"]):
+            raise ProfileError(f"{where}: the model's resolved config "
+                               f"{profiler.full_config!r} differs from the file's "
+                               f"{prov['config']!r}")
+        rigs = prepare_rigs(profiler.layers, check_layers_per_stage(tuple(lps),
+                                                                    len(profiler.layers)),
+                            profiler.inputs, profiler.targets, optimizer=profiler.optimizer,
+                            seed=profiler.seed)
+        say(f"split backward of {Path(path).name}: {problem.S} stages, sizes "
+            f"{list(problem.sizes)}, {warmup} + {repeats} rounds, {threads} thread(s)")
+        bar = _progress_bar(len(rigs) * len(problem.sizes) * (warmup + repeats),
+                            str(prov["model"]), progress)
+        try:
+            meas = measure_cells(rigs, problem.sizes, profiler.spec.loss, profiler.timer,
+                                 repeats=repeats, warmup=warmup, recompute=False, opt=False,
+                                 split=True, progress=bar.update if bar is not None else None)
+        finally:
+            if bar is not None:
+                bar.close()
+        split_mem = [measure_split_memory(rig, problem.B, profiler.spec.loss) for rig in rigs]
+    finally:
+        torch.set_num_threads(previous_threads)
+    stages = []
+    for s, st in enumerate(problem.stages):
+        sf = split_fields(meas, s, split_mem[s])
+        memory = st.memory
+        if memory is not None:
+            memory = replace(memory, w_held_bytes_per_sample=float(split_mem[s].held))
+        extra = dict(st.extra)
+        extra["split_noise"] = sf["noise"]
+        extra["wbwd_after_ribwd"] = sf["rwbwd"]
+        extra["split_memory"] = sf["split_memory"]
+        if memory is None:
+            extra["split_memory"]["w_held_bytes_per_sample"] = float(split_mem[s].held)
+        stages.append(replace(st, ibwd=sf["ibwd"], ribwd=sf["ribwd"], wbwd=sf["wbwd"],
+                              memory=memory, extra=extra))
+    prov["split_backward"] = {
+        "date": date,
+        "rounds": repeats,
+        "warmup_rounds": warmup,
+        "threads": threads,
+        "torch": torch.__version__,
+        "loadavg_start": load_start,
+        "loadavg_end": _loadavg(),
+        "seconds": round(time.perf_counter() - started, 1),
+        "run_fwd": [[c.median for c in row] for row in meas.fwd],
+        "run_bwd": [[c.median for c in row] for row in meas.bwd],
+        "how": {
+            "order": f"{warmup} warm-up round(s) discarded, then {repeats} rounds; each round "
+            "visits every (stage, size) cell once at a rotating offset and runs its stash "
+            "pass (F, B), split stash pass (F, I, W) and split recompute pass (F+I, W) in an "
+            "order rotating by round; fwd, bwd, rbwd, opt and the links of this file come "
+            "from the original profile, run_fwd / run_bwd are this run's own medians (compare "
+            "with fwd / bwd for drift between the two runs)",
+            **HOW_SPLIT,
+        },
+    }
+    return replace(problem, stages=tuple(stages), provenance=prov).validate()
