@@ -205,4 +205,9 @@ def test_grouping_keeps_split_tables_and_far_factor():
                                             for s in p.stages))
     cp = group_layers(p, (1, 3))
     assert cp.has_split_backward and cp.stages[1].ibwd == (1.5, 1.5)
+    # the first chunk's input needs no gradient: its I is layer 0's (bookkeeping), its W the
+    # whole backward of its layers (torch's first stage)
+    first = group_layers(p, (3, 1)).stages[0]
+    assert first.ibwd == (0.5, 0.5) and first.wbwd == (1.5 + 2 * 2.0,) * 2
+    assert first.ribwd == (1.5 + 2 * 1.0,) * 2  # layer 0's I, the others' recompute forwards
     assert cp.stages[1].bwd_far == pytest.approx(1.5)

@@ -12,7 +12,8 @@ per-layer data. A *partition* cuts its ``L`` layers into ``C`` contiguous chunks
 
 A chunk's costs are *derived* from its layers' (:func:`group_layers`): at every measured size,
 each time (forward, backward, recompute backward, the split backward passes, optimizer) is the
-sum of its layers' times, memory figures add up (the chunk's input is its first layer's), and
+sum of its layers' times (the first chunk's split backward is all weight-gradient pass, as in
+torch: :func:`_split_totals`), memory figures add up (the chunk's input is its first layer's), and
 the link after a chunk is the link after its last layer. Consecutive chunks on one device
 exchange nothing over a link (the simulators charge no transfer between them). How far the sum
 is from a direct profile of the grouped layers: results/real/chunk-derivation.md.
@@ -120,6 +121,27 @@ class Layout:
         return chunk_devices(self.kind, self.D, self.v)
 
 
+def _split_totals(layers: Sequence[StageCosts], first: bool) -> dict[str, tuple[float, ...]]:
+    """A chunk's split-backward tables from its layers' (docs/MODEL.md §1c).
+
+    A chunk's ``I`` runs its layers' input-gradient passes and its ``W`` their weight-gradient
+    passes: the sums. The first chunk differs: its input needs no gradient, so, as torch's first
+    stage does, its ``I`` computes nothing (it costs what layer 0's ``I`` costs, bookkeeping)
+    and its ``W`` is its whole backward: layer 0's ``W`` plus every other layer's ``I`` and
+    ``W``; in recompute mode its ``I`` is the recompute forward, layer 0's ``ribwd`` plus every
+    other layer's ``ribwd - ibwd``.
+    """
+    cols = {k: list(zip(*(getattr(st, k) for st in layers))) for k in SPLIT_KINDS}
+    if not first:
+        return {k: tuple(sum(v) for v in cols[k]) for k in SPLIT_KINDS}
+    i, ri, w = (cols[k] for k in SPLIT_KINDS)
+    return {
+        "ibwd": tuple(v[0] for v in i),
+        "ribwd": tuple(r[0] + sum(r[1:]) - sum(x[1:]) for r, x in zip(ri, i)),
+        "wbwd": tuple(ww[0] + sum(x[1:]) + sum(ww[1:]) for ww, x in zip(w, i)),
+    }
+
+
 def group_layers(problem: Problem, counts: Sequence[int], name: str | None = None) -> Problem:
     """The chunk problem of a partition: stage ``c`` is chunk ``c``, its costs the sums of its
     layers' costs (module docstring). ``counts`` must add up to the problem's stage count."""
@@ -158,7 +180,7 @@ def group_layers(problem: Problem, counts: Sequence[int], name: str | None = Non
             opt=sum(st.opt for st in layers), memory=memory,
             name=names[0] if len(names) == 1 else f"L{a}-{b - 1} {names[0]}..{names[-1]}",
             extra={"layers": [a, b]}, bwd_far=far,
-            **({k: total(k) for k in SPLIT_KINDS} if split else {}),
+            **(_split_totals(layers, first=a == 0) if split else {}),
         ))
     links = tuple(problem.links[b - 1] for b in ends[:-1])
     prov = dict(problem.provenance)
