@@ -293,3 +293,22 @@ def test_profile_without_model_names_what_is_missing(tmp_path, capsys):
     assert main(["profile", "--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "MODEL" in err and "--batch" in err
+
+
+def test_chunk_derivation_rule_by_construction():
+    """scripts/chunk_derivation.py: balanced counts, and the derived chunk costs (sums; the
+    first chunk's W takes its other layers' I too)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "chunk_derivation.py"
+    spec = importlib.util.spec_from_file_location("chunk_derivation", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.balanced_counts(14, 4) == [4, 4, 3, 3] and mod.balanced_counts(16, 2) == [8, 8]
+    one = {k: [[float(10 * s + i + 1)] for s in range(4)] for i, k in enumerate(mod.KINDS)}
+    # layer s: fwd 10s+1, bwd 10s+2, rbwd 10s+3, ibwd 10s+4, wbwd 10s+5
+    assert mod.derived(one, 2, 4, 0, "bwd") == 22 + 32
+    assert mod.derived(one, 0, 2, 0, "ibwd") == 4
+    assert mod.derived(one, 0, 2, 0, "wbwd") == 5 + (14 + 15)
+    assert mod.derived(one, 0, 2, 0, "fwd") == 1 + 11

@@ -18,7 +18,8 @@ Zero-bubble schedules (Qi et al., ICLR 2024; torch's ``ScheduleInterleavedZeroBu
 
 A stage whose input needs no gradient (stage 0) has nothing to compute in I; as torch's
 ``PipelineStage.backward_weight_one_chunk`` does for the first stage, its W is the whole
-backward (``torch.autograd.grad`` w.r.t. all parameters).
+backward (``torch.autograd.backward`` with the parameters as ``inputs``, accumulating into
+``.grad`` in place).
 
 Between I and W the microbatch holds the saved tensors of every node still reachable from a
 frontier node (the output side of the graph is dropped after I), plus the kept gradients;
@@ -184,10 +185,8 @@ def backward_weight(state: SplitState) -> None:
     if state.full is not None:
         out, grad = state.full
         state.full = None
-        if state.params:
-            gs = torch.autograd.grad(out, state.params, grad, allow_unused=True)
-            for p, g in zip(state.params, gs):
-                _accumulate(p, g)
+        if state.params:  # accumulated in place, as torch's first stage does
+            torch.autograd.backward(out, grad, inputs=state.params)
         return
     groups, state.groups = state.groups, []
     for group in groups:
