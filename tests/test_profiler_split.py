@@ -231,7 +231,7 @@ def test_profile_with_split_tables_round_trip(tmp_path):
     for st in p.stages:
         assert len(st.ibwd) == len(st.ribwd) == len(st.wbwd) == len(p.sizes)
         assert st.memory.w_held_bytes_per_sample is not None
-        assert set(st.extra["split_memory"]) >= {"held_saved_bytes_per_sample",
+        assert set(st.extra["split_backward"]["memory"]) >= {"held_saved_bytes_per_sample",
                                                  "w_reads_bytes_per_sample"}
     assert "ibwd" in p.provenance["how"] and "w_held" in p.provenance["how"]
     path = tmp_path / "p.json"
@@ -257,9 +257,32 @@ def test_split_backward_into_keeps_every_other_number(tiny_file, tmp_path):
         for k in ("ibwd", "ribwd", "wbwd"):
             assert len(st_after.pop(k)) == len(before["sizes"])
         st_after["memory"].pop("w_held_bytes_per_sample")
-        for k in ("split_noise", "wbwd_after_ribwd", "split_memory"):
-            st_after["extra"].pop(k)
+        st_after["extra"].pop("split_backward")
     assert after == before
+
+
+def test_split_tables_from_another_run_are_put_on_the_files_footing():
+    """Drift between runs: each cell is scaled by the file's bwd over the run's own bwd, so
+    I / B and W / B keep the ratios measured within one run."""
+    import dataclasses
+
+    from umpipe_bench.profiler.profile import scale_split_to_file
+    from umpipe_bench.registry import get_problem
+
+    p = get_problem("sim-s4-b16-s0")
+    stages = tuple(dataclasses.replace(st, ibwd=tuple(0.5 * b for b in st.bwd),
+                                       ribwd=tuple(0.7 * b for b in st.bwd),
+                                       wbwd=tuple(0.6 * b for b in st.bwd)) for st in p.stages)
+    run_bwd = [[2.0 * b for b in st.bwd] for st in p.stages]  # the split run: twice as slow
+    q = dataclasses.replace(p, stages=stages,
+                            provenance={**p.provenance, "split_backward": {"run_bwd": run_bwd}})
+    r = scale_split_to_file(q)
+    for st, raw in zip(r.stages, stages):
+        assert st.ibwd == pytest.approx([x / 2 for x in raw.ibwd], rel=1e-12)
+        assert st.wbwd == pytest.approx([x / 2 for x in raw.wbwd], rel=1e-12)
+        assert st.bwd == raw.bwd and st.fwd == raw.fwd
+    assert r.provenance["split_backward"]["scaled"]
+    assert scale_split_to_file(r).to_dict() == r.to_dict()  # once only
 
 
 def test_split_backward_into_refuses_a_synthetic_problem(tiny_file, tmp_path, capsys):

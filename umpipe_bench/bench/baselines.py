@@ -64,6 +64,7 @@ def problem_digest(problem: Problem, split: bool = False) -> str:
                 st.pop(kind, None)
             if "memory" in st:
                 st["memory"].pop("w_held_bytes_per_sample", None)
+            st.get("extra", {}).pop("split_backward", None)
         data["provenance"].pop("split_backward", None)
     text = json.dumps(data, indent=1) + "\n"
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -129,9 +129,10 @@ def stage_costs(meas: Measurements, mem: Sequence[Any], rigs_layers: Sequence[tu
         sf = split_fields(meas, s, split_mem[s] if split_mem else None)
         split_extra: dict[str, Any] = {}
         if sf:
-            split_extra = {"split_noise": sf["noise"], "wbwd_after_ribwd": sf["rwbwd"]}
+            split_extra = {"split_backward": {"noise": sf["noise"],
+                                              "wbwd_after_ribwd": sf["rwbwd"]}}
             if "split_memory" in sf:
-                split_extra["split_memory"] = sf["split_memory"]
+                split_extra["split_backward"]["memory"] = sf["split_memory"]
         bwd_far, loc_extra = _locality(meas, s)
         names = layer_names[a:b]
         label = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"

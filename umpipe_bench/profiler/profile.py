@@ -428,11 +428,11 @@ def split_backward_into(
         if memory is not None:
             memory = replace(memory, w_held_bytes_per_sample=float(split_mem[s].held))
         extra = dict(st.extra)
-        extra["split_noise"] = sf["noise"]
-        extra["wbwd_after_ribwd"] = sf["rwbwd"]
-        extra["split_memory"] = sf["split_memory"]
+        extra["split_backward"] = {"noise": sf["noise"], "wbwd_after_ribwd": sf["rwbwd"],
+                                   "memory": sf["split_memory"]}
         if memory is None:
-            extra["split_memory"]["w_held_bytes_per_sample"] = float(split_mem[s].held)
+            extra["split_backward"]["memory"]["w_held_bytes_per_sample"] = \
+                float(split_mem[s].held)
         stages.append(replace(st, ibwd=sf["ibwd"], ribwd=sf["ribwd"], wbwd=sf["wbwd"],
                               memory=memory, extra=extra))
     prov["split_backward"] = {
@@ -456,4 +456,31 @@ def split_backward_into(
             **HOW_SPLIT,
         },
     }
+    return scale_split_to_file(replace(problem, stages=tuple(stages), provenance=prov))
+
+
+def scale_split_to_file(problem: Problem) -> Problem:
+    """Put split-backward tables measured in another run on the file's footing.
+
+    The run of :func:`split_backward_into` also times the fused stash backward (``run_bwd``
+    in ``provenance.split_backward``); machine speed drifts between runs (15-45 % seen here),
+    so raw ``ibwd + wbwd`` from one run set beside the file's ``bwd`` from another would favour
+    one kind of schedule by the drift alone. Each cell's ``ibwd``, ``ribwd`` and ``wbwd`` is
+    therefore scaled by the file's ``bwd`` over the run's ``bwd`` at that stage and size: the
+    split keeps the ratios ``I / B`` and ``W / B`` measured within one run. The raw values are
+    the stored ones times ``run_bwd / bwd``.
+    """
+    prov = dict(problem.provenance)
+    sb = dict(prov["split_backward"])
+    if sb.get("scaled"):
+        return problem
+    run_bwd = sb["run_bwd"]
+    stages = []
+    for s, st in enumerate(problem.stages):
+        f = [b / r for b, r in zip(st.bwd, run_bwd[s])]
+        stages.append(replace(st, **{k: tuple(v * x for v, x in zip(getattr(st, k), f))
+                                     for k in ("ibwd", "ribwd", "wbwd")}))
+    sb["scaled"] = ("ibwd, ribwd, wbwd scaled per (stage, size) by bwd / run_bwd: this file's "
+                    "fused backward over the split run's own")
+    prov["split_backward"] = sb
     return replace(problem, stages=tuple(stages), provenance=prov).validate()
