@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from umpipe_bench.errors import UmpipeError  # noqa: E402
+from umpipe_bench.layout import balanced_counts  # noqa: E402
 from umpipe_bench.problem import atomic_write_text  # noqa: E402
 from umpipe_bench.registry import get_problem  # noqa: E402
 from umpipe_bench.runtime.errors import PlanRefused, StageFailure  # noqa: E402
@@ -63,7 +64,6 @@ from umpipe_bench.runtime.torch_schedules import (  # noqa: E402
     TorchMultiSpec,
     make_entry,
 )
-from umpipe_bench.layout import balanced_counts  # noqa: E402
 from umpipe_bench.torch_schedules import TORCH_SCHEDULES  # noqa: E402
 
 D = 2
@@ -94,7 +94,7 @@ def resolve_workload(w: Any) -> dict[str, Any]:
             "layers": int(w["layers"]) if w.get("layers") is not None else None}
 
 
-def predicted_entries(problem_name: str, mode: str) -> dict[str, Any]:
+def predicted_entries(problem_name: str, mode: str, op_overhead: float = 0.0) -> dict[str, Any]:
     """An entries file from the predictor: every torch schedule at its best (v, M, partition)
     on the one-layer-per-stage ``problem_name`` for ``D`` devices (``umpipe-bench schedules``),
     with its predicted T."""
@@ -102,14 +102,68 @@ def predicted_entries(problem_name: str, mode: str) -> dict[str, Any]:
 
     problem = get_problem(problem_name)
     entries = []
-    for r in schedule_table(problem, D, mode):
+    for r in schedule_table(problem, D, mode, op_overhead=op_overhead):
         if r.choice is None:
             print(f"predict: {r.schedule} left out: {r.reason}", file=sys.stderr)
             continue
         c = r.choice
         entries.append({"schedule": r.schedule, "torch_class": r.torch_class, "M": c.M,
                         "partition": list(c.counts), "v": c.v, "T_pred": c.T})
+    return {"workload": problem_name, "entries": entries, "op_overhead": op_overhead}
+
+
+def calibration_entries(problem_name: str) -> dict[str, Any]:
+    """Entries that calibrate the runtime's per-action overhead and touch none of the schedules
+    a prediction picks: GPipe on a balanced partition at every M dividing B (2M actions per
+    device, from 2 to 2B)."""
+    problem = get_problem(problem_name)
+    part = list(balanced_counts(problem.S, D))
+    entries = [{"schedule": "gpipe", "torch_class": "ScheduleGPipe", "M": M, "partition": part,
+                "v": 1, "label": f"calibrate-gpipe:M{M}"}
+               for M in range(1, problem.B + 1) if problem.B % M == 0]
     return {"workload": problem_name, "entries": entries}
+
+
+def predict_rows(problem_name: str, rows: list[dict[str, Any]], op_overhead: float
+                 ) -> list[float]:
+    """The device simulator's T of every measured entry (``rows`` of a run's summary)."""
+    from umpipe_bench.torch_schedules import schedule_info, torch_orders
+    from umpipe_bench.torch_schedules.best import simulate_chunks
+
+    problem = get_problem(problem_name)
+    out = []
+    for r in rows:
+        info = schedule_info(r["torch_class"])
+        v = r["v"]
+        lists = torch_orders(info.name, D, r["M"], None if info.layout == "one" else v)
+        out.append(simulate_chunks(problem, r["partition"], info.layout, D, v, r["M"], "stash",
+                                   lists, op_overhead).iteration_time)
+    return out
+
+
+def fit_overhead(problem_name: str, run_json: str) -> float:
+    """The per-action overhead (seconds) that makes the device simulator best match a measured
+    run (least squares on log times, golden-section search over 0..50 ms)."""
+    rows = json.loads(Path(run_json).read_text(encoding="utf-8"))["summary"]["rows"]
+    meas = np.array([r["median"] for r in rows])
+
+    def loss(c: float) -> float:
+        return float(np.sum(np.log(np.array(predict_rows(problem_name, rows, c)) / meas) ** 2))
+
+    lo, hi = 0.0, 0.05
+    g = (5 ** 0.5 - 1) / 2
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = loss(a), loss(b)
+    for _ in range(40):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = loss(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = loss(b)
+    return (lo + hi) / 2
 
 
 def example_entries(name: str) -> dict[str, Any]:
@@ -132,7 +186,8 @@ def profile_command(name: str) -> str:
     w = WORKLOADS[name]
     sets = " ".join(f"--set {k}={json.dumps(v)}" for k, v in w["config"].items())
     return (f"umpipe-bench profile {w['model']} --batch {w['B']} {sets} --threads 1 "
-            f"--repeats 9 --warmup 2 --co-run --out problems/data/{name}-l{w['layers']}.json")
+            f"--repeats 9 --warmup 2 --co-run --split-backward "
+            f"--out problems/data/{name}-l{w['layers']}.json")
 
 
 class _Progress(threading.Thread):
@@ -221,6 +276,108 @@ def report(command: str, meta: dict[str, Any], summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def combine(paths: list[str], report_path: str, png: str | None, command: str) -> int:
+    """One page over measured workloads (``X.run.json`` files written by ``--out``).
+
+    For each workload the simulator predicts every measured entry twice: as profiled, and with
+    the per-action overhead fitted to the workload's calibration run ``X.calrun.json`` beside
+    it (GPipe at every M, :func:`calibration_entries`; no entry of the schedules' run). Per
+    model: Spearman's rank correlation of predicted and measured medians and the median
+    relative error, over every entry and over the entries that model itself picked (each
+    schedule's best, the ``--predict`` entries); then every entry, and a scatter.
+    """
+    from umpipe_bench.runtime.stats import spearman as rho
+
+    runs = []
+    for path in paths:
+        run = json.loads(Path(path).read_text(encoding="utf-8"))
+        problem = run["workload"]["name"]
+        cal_path = Path(str(path).replace(".run.json", ".calrun.json"))
+        c = fit_overhead(problem, str(cal_path)) if cal_path.exists() else None
+        rows = run["summary"]["rows"]
+        meas = [r["median"] for r in rows]
+        models = {"as profiled": 0.0, **({"with overhead": c} if c is not None else {})}
+        preds = {k: predict_rows(problem, rows, v) for k, v in models.items()}
+        picks = {}
+        for k, v in models.items():
+            chosen = predicted_entries(problem, "stash", v)["entries"]
+            keys = {(e["torch_class"], e["M"], tuple(e["partition"])) for e in chosen}
+            picks[k] = [i for i, r in enumerate(rows)
+                        if (r["torch_class"], r["M"], tuple(r["partition"])) in keys]
+        runs.append((run, problem, c, rows, meas, models, preds, picks))
+    lines = ["# torch's pipeline schedules: predicted against measured", "",
+             f"Regenerate the page: `{command}`. The runs: `python "
+             "scripts/measure_torch_schedules.py ENTRIES --rounds 40 --warmup 5 --out "
+             "X.run.json` on the entries files in `results/real/torch-schedules/` (each "
+             "workload's `*.union.json`: the picks of both models below; `*.cal.json`: the "
+             "calibration run), made by `--predict PROBLEM [--op-overhead S]` and "
+             "`--calibrate PROBLEM`.", "",
+             "Two CPU processes (gloo, one thread each), torch.distributed.pipelining running "
+             "each schedule itself; every entry of a workload in one launch, interleaved "
+             "rounds, medians, percentile-bootstrap 95 % intervals. Predictions: the device "
+             "simulator on the workload's one-layer-per-stage profile (`problems/data/`), "
+             "**as profiled**, and **with overhead**: plus a fixed time per action, fitted "
+             "(least squares on log times) to a separate calibration run of GPipe at every M.",
+             "", "| workload | model | overhead per action | Spearman, all entries | Spearman, "
+             "the model's own picks | median \\|pred-meas\\|/meas |",
+             "|---|---|---:|---:|---:|---:|"]
+    for _run, problem, _c, rows, meas, models, preds, picks in runs:
+        for k, v in models.items():
+            p = preds[k]
+            own = picks[k]
+            err = float(np.median([abs(a - b) / b for a, b in zip(p, meas)]))
+            lines.append(
+                f"| {problem} | {k} | {v * 1e3:.2f} ms | {rho(p, meas):.3f} ({len(rows)}) | "
+                f"{rho([p[i] for i in own], [meas[i] for i in own]):.3f} ({len(own)}) | "
+                f"{err * 100:.1f} % |")
+    for run, problem, _c, rows, meas, models, preds, picks in runs:
+        names = list(models)
+        lines += ["", f"## {problem}", "",
+                  f"Run: `{run['command']}` ({run['date']}; load average {run['load_before']} "
+                  f"before, {run['load_after']} after).", "",
+                  "| entry | measured (ms) | 95 % interval | "
+                  + " | ".join(f"T {k} (ms)" for k in names) + " | picked by |",
+                  "|---|---:|---|" + "---:|" * len(names) + "---|"]
+        for i in sorted(range(len(rows)), key=lambda i: meas[i]):
+            r = rows[i]
+            by = ", ".join(k for k in names if i in picks[k]) or "-"
+            lines.append(f"| {r['label']} | {meas[i] * 1e3:.1f} | [{r['low'] * 1e3:.1f}, "
+                         f"{r['high'] * 1e3:.1f}] | "
+                         + " | ".join(f"{preds[k][i] * 1e3:.1f}" for k in names) + f" | {by} |")
+    if png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 4.8), squeeze=False)
+        for ax, (_run, problem, _c, rows, meas, models, preds, _picks) in zip(axes[0], runs):
+            ys = [x * 1e3 for x in meas]
+            err = [[(r["median"] - r["low"]) * 1e3 for r in rows],
+                   [(r["high"] - r["median"]) * 1e3 for r in rows]]
+            allv = list(ys)
+            for k, marker in zip(models, ("o", "s")):
+                xs = [x * 1e3 for x in preds[k]]
+                allv += xs
+                ax.errorbar(xs, ys, yerr=err, fmt=marker, capsize=2, label=k,
+                            mfc="none" if marker == "o" else None)
+            for x, y, r in zip(preds[list(models)[-1]], ys, rows):
+                ax.annotate(r["label"].split(":")[0], (x * 1e3, y), fontsize=6,
+                            textcoords="offset points", xytext=(3, 2))
+            lo, hi = min(allv) * 0.95, max(allv) * 1.05
+            ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+            ax.set_title(problem, fontsize=9)
+            ax.set_xlabel("predicted T (ms)")
+            ax.set_ylabel("measured T (ms)")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(png, dpi=110)
+        lines += ["", f"![predicted vs measured]({Path(png).name})"]
+    atomic_write_text(report_path, "\n".join(lines) + "\n")
+    print(f"wrote {report_path}" + (f" and {png}" if png else ""), file=sys.stderr)
+    return 0
+
+
 def _load() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -259,8 +416,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="print an entries file predicted from the one-layer-per-stage problem "
                     "PROBLEM (every schedule at its best v, M and partition on D = 2, with "
                     "T_pred) and exit")
+    ap.add_argument("--op-overhead", type=float, default=0.0, metavar="SECONDS",
+                    help="with --predict: seconds the runtime adds to every action (fit one "
+                    "with --calibrate and --fit-overhead)")
+    ap.add_argument("--calibrate", metavar="PROBLEM",
+                    help="print calibration entries for PROBLEM's workload (GPipe at every M "
+                    "dividing B, balanced partition) and exit")
+    ap.add_argument("--fit-overhead", nargs=2, metavar=("PROBLEM", "RUN_JSON"),
+                    help="print the per-action overhead that best fits a measured run of the "
+                    "calibration entries, and exit")
     ap.add_argument("--mode", default="stash", choices=("stash", "recompute"),
                     help="memory mode of --predict (the runtime keeps activations: stash)")
+    ap.add_argument("--combine", nargs="+", metavar="RUN_JSON",
+                    help="write one report (--report) and a scatter (--png) over the --out files "
+                    "of several measured workloads, and exit")
+    ap.add_argument("--png", help="with --combine: the predicted-vs-measured scatter")
     ap.add_argument("--profile-command", metavar="WORKLOAD",
                     help="print the command writing WORKLOAD's one-layer-per-stage problem")
     args = ap.parse_args(argv)
@@ -268,8 +438,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.example:
             print(json.dumps(example_entries(args.example), indent=1))
             return 0
+        if args.combine:
+            cmd = "python scripts/measure_torch_schedules.py " + " ".join(
+                map(shlex.quote, argv if argv is not None else sys.argv[1:]))
+            return combine(args.combine, args.report, args.png, cmd)
         if args.predict:
-            print(json.dumps(predicted_entries(args.predict, args.mode), indent=1))
+            print(json.dumps(predicted_entries(args.predict, args.mode, args.op_overhead),
+                             indent=1))
+            return 0
+        if args.calibrate:
+            print(json.dumps(calibration_entries(args.calibrate), indent=1))
+            return 0
+        if args.fit_overhead:
+            print(f"{fit_overhead(*args.fit_overhead):.6f}")
             return 0
         if args.profile_command:
             if args.profile_command not in WORKLOADS:

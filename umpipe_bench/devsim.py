@@ -164,12 +164,18 @@ def simulate_devices(
     lists: Sequence[Sequence[str | Action]],
     sizes: Sequence[int],
     mode: str = "stash",
+    op_overhead: float = 0.0,
 ) -> DeviceTimeline:
     """Simulate one iteration of per-device action ``lists`` (module docstring).
 
     ``problem``: the chunk problem (stage ``c`` = chunk ``c``); ``chunk_device[c]``: the
-    device of chunk ``c``; ``sizes[j]``: the size of microbatch ``j`` (summing to ``B``).
+    device of chunk ``c``; ``sizes[j]``: the size of microbatch ``j`` (summing to ``B``);
+    ``op_overhead``: seconds a runtime adds to every action beyond the profiled compute (torch's
+    stage bookkeeping and point-to-point calls; docs/TORCH-SCHEDULES.md §7), 0 by default.
     """
+    if not op_overhead >= 0 or op_overhead == float("inf"):
+        raise DevSimError(f"op_overhead must be a finite number of seconds >= 0, got "
+                          f"{op_overhead!r}")
     if mode not in ("stash", "recompute"):
         raise DevSimError(f"mode must be 'stash' or 'recompute', got {mode!r}")
     C, D, M = problem.S, len(lists), len(sizes)
@@ -252,6 +258,7 @@ def simulate_devices(
                         cost = inp[c, m]  # type: ignore[index]
                         if mode == "stash" and not near:
                             cost *= far_factor[c]
+                cost += op_overhead
                 t0 = max(dev_free[d], r)
                 t1 = t0 + cost
                 dev_free[d] = t1

@@ -104,6 +104,7 @@ def best_choice(
     Ms: Sequence[int] | None = None,
     orders: OrdersFn,
     valid: Callable[[int, int, int | None], bool] = lambda D, M, v: True,
+    op_overhead: float = 0.0,
 ) -> ScheduleChoice | None:
     """The best (``v``, ``M``, partition) of one schedule (module docstring); None when no
     candidate fits the cap (or none is valid).
@@ -112,7 +113,8 @@ def best_choice(
     use I and W; ``vs``: chunks per device to try for ``loop`` layouts when ``v`` is None;
     ``Ms``: microbatch counts to try (default: every divisor of ``B``); ``valid(D, M, v)``:
     whether torch accepts the combination. ``memory_cap``: bytes for every device, or one
-    figure per device.
+    figure per device. ``op_overhead``: seconds added to every action
+    (:func:`umpipe_bench.devsim.simulate_devices`).
     """
     L, B = problem.S, problem.B
     if split and not problem.has_split_backward:
@@ -134,6 +136,8 @@ def best_choice(
             if B % M or not valid(D, M, None if kind == "one" else vv):
                 continue
             work, first = _layer_work(problem, B // M, M, mode, split)
+            # every chunk runs at least two actions (F and B, or F, I and W) per microbatch
+            per_chunk_overhead = 2 * M * op_overhead
             pre = [0.0, *accumulate(work.tolist())]
             head = [0.0, *accumulate(first.tolist())]
             for counts in compositions(L, C):
@@ -142,7 +146,7 @@ def best_choice(
                 a = 0
                 for c, b in enumerate(accumulate(counts)):
                     d = devs[c]
-                    per_dev[d] += pre[b] - pre[a]
+                    per_dev[d] += pre[b] - pre[a] + per_chunk_overhead
                     if start[d] < 0:  # chunks come in model order: the first is the earliest
                         start[d] = head[a]
                     a = b
@@ -155,7 +159,7 @@ def best_choice(
         if best is not None and bound >= best.T:
             break
         tl = simulate_chunks(problem, counts, kind, D, vv, M, mode,
-                             orders(schedule, D, M, None if kind == "one" else vv))
+                             orders(schedule, D, M, None if kind == "one" else vv), op_overhead)
         evaluated += 1
         peaks = None if tl.peak_memory is None else tuple(tl.peak_memory)
         if not _fits(peaks, memory_cap):
@@ -175,10 +179,12 @@ def _fits(peaks: Sequence[float] | None, cap: float | Sequence[float] | None) ->
 
 
 def simulate_chunks(problem: Problem, counts: Sequence[int], kind: str, D: int, v: int, M: int,
-                    mode: str, lists: list[list[str]]) -> DeviceTimeline:
+                    mode: str, lists: list[list[str]], op_overhead: float = 0.0
+                    ) -> DeviceTimeline:
     """Simulate per-device ``lists`` on the chunk problem of a partition and layout."""
     cp = group_layers(problem, counts)
-    return simulate_devices(cp, chunk_devices(kind, D, v), lists, edp_sizes(problem.B, M), mode)
+    return simulate_devices(cp, chunk_devices(kind, D, v), lists, edp_sizes(problem.B, M), mode,
+                            op_overhead)
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,7 @@ def schedule_table(
     names: Sequence[str] | None = None,
     v: int | None = None,
     vs: Sequence[int] = (1, 2, 3, 4),
+    op_overhead: float = 0.0,
 ) -> list[TableRow]:
     """Every torch schedule's best (v, M, partition) on a per-layer problem and ``D`` devices
     (:func:`best_choice`), in registry order; a schedule that cannot run (too few layers for
@@ -237,7 +244,7 @@ def schedule_table(
             continue
         choice = best_choice(problem, info.name, D, kind=info.layout, split=info.split_backward,
                              mode=mode, memory_cap=memory_cap, vs=v_opts, orders=torch_orders,
-                             valid=valid)
+                             valid=valid, op_overhead=op_overhead)
         rows.append(TableRow(info.name, info.torch_class, choice,
                              "" if choice is not None else "no (M, partition) fits the "
                              "memory cap" if memory_cap is not None else "no valid M"))
