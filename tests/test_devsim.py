@@ -211,3 +211,24 @@ def test_grouping_keeps_split_tables_and_far_factor():
     assert first.ibwd == (0.5, 0.5) and first.wbwd == (1.5 + 2 * 2.0,) * 2
     assert first.ribwd == (1.5 + 2 * 1.0,) * 2  # layer 0's I, the others' recompute forwards
     assert cp.stages[1].bwd_far == pytest.approx(1.5)
+
+
+def test_op_overhead_adds_to_every_action():
+    """On one device every action is on the critical path: T grows by actions x overhead."""
+    p = _uniform(3, 4, 0.1, 0.2, opt=0.05)
+    lists = [[f"{c}F{j}" for c in range(3) for j in range(4)]
+             + [f"{c}B{j}" for c in reversed(range(3)) for j in range(4)]]
+    base = simulate_devices(p, (0, 0, 0), lists, (1, 1, 1, 1)).iteration_time
+    more = simulate_devices(p, (0, 0, 0), lists, (1, 1, 1, 1), op_overhead=0.01).iteration_time
+    assert more - base == pytest.approx(24 * 0.01)
+    with pytest.raises(DevSimError, match="op_overhead"):
+        simulate_devices(p, (0, 0, 0), lists, (1, 1, 1, 1), op_overhead=-1.0)
+    # the exact search stays exact with an overhead (its bound counts two actions per chunk
+    # and microbatch)
+    q = get_problem("sim-s8-b16-s1")
+    got = best_choice(q, "1f1b", 2, kind="one", split=False, orders=_our_orders,
+                      op_overhead=0.003)
+    brute = min(simulate_chunks(q, c, "one", 2, 1, M, "stash", _our_orders("1f1b", 2, M, None),
+                                0.003).iteration_time
+                for M in divisors(q.B) for c in compositions(q.S, 2))
+    assert got.T == brute

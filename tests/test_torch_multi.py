@@ -221,3 +221,35 @@ def test_workload_from_a_profiled_problem() -> None:
     assert mts.resolve_workload({"model": "tiny-mlp", "B": 8})["name"] == "tiny-mlp-b8"
     with pytest.raises(PlanRefused, match="unknown workload"):
         mts.resolve_workload("no-such-workload")
+
+
+def test_calibration_recovers_a_known_overhead_and_combine_reports_it(tmp_path) -> None:
+    """A run whose 'measured' medians are the simulator's T with 2 ms per action: the fit finds
+    2 ms, and the combined page gives that model rank correlation 1 and zero error."""
+    mts = _measure_script()
+    problem = "sim-s8-b16-s1"
+    c = 0.002
+    cal = mts.calibration_entries(problem)["entries"]
+    assert [e["M"] for e in cal] == [1, 2, 4, 8, 16] and all(e["v"] == 1 for e in cal)
+    picks = mts.predicted_entries(problem, "stash", 0.0)["entries"]
+
+    def run(entries, name):
+        rows = [{"label": f"{e['schedule']}:M{e['M']}:{'-'.join(map(str, e['partition']))}",
+                 "torch_class": e["torch_class"], "M": e["M"], "partition": e["partition"],
+                 "v": e["v"], "T_pred": None} for e in entries]
+        for r, T in zip(rows, mts.predict_rows(problem, rows, c)):
+            r.update(median=T, low=T, high=T, n=1)
+        path = tmp_path / name
+        path.write_text(__import__("json").dumps({
+            "command": "x", "date": "d", "load_before": "0", "load_after": "0",
+            "workload": {"name": problem}, "summary": {"rows": rows}}))
+        return path
+
+    cal_path = run(cal, "w.calrun.json")
+    assert mts.fit_overhead(problem, str(cal_path)) == pytest.approx(c, abs=1e-6)
+    run_path = run(picks, "w.run.json")
+    report = tmp_path / "page.md"
+    assert mts.combine([str(run_path)], str(report), None, "cmd") == 0
+    line = next(x for x in report.read_text().splitlines() if "| with overhead |" in x)
+    cells = [x.strip() for x in line.split("|")]
+    assert cells[3] == "2.00 ms" and cells[4].startswith("1.000") and cells[6] == "0.0 %"

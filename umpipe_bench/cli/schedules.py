@@ -38,6 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunks", "-v", type=int, metavar="V",
                    help="chunks per device for the loop layouts (interleaved-1f1b, looped-bfs, "
                    "zb1p); default: search 1..4")
+    p.add_argument("--op-overhead", type=float, default=0.0, metavar="SECONDS",
+                   help="seconds the runtime adds to every action beyond the profiled compute "
+                   "(torch's stage bookkeeping and point-to-point calls; fit one with "
+                   "scripts/measure_torch_schedules.py --calibrate, docs/TORCH-SCHEDULES.md §7)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -54,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
                           f"{args.devices}")
     if args.chunks is not None and args.chunks < 1:
         raise UmpipeError(f"--chunks must be a positive integer, got {args.chunks}")
+    if not 0 <= args.op_overhead < float("inf"):
+        raise UmpipeError(f"--op-overhead must be seconds >= 0, got {args.op_overhead}")
     cap = parse_size(args.memory_cap) if args.memory_cap is not None else None
     names = [n.strip() for n in args.schedules.split(",") if n.strip()] \
         if args.schedules else None
@@ -61,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     for name in names or [None]:  # type: ignore[list-item]
         t0 = time.perf_counter()
         part = schedule_table(problem, args.devices, args.mode, cap,
-                              names=[name] if name else None, v=args.chunks)
+                              names=[name] if name else None, v=args.chunks,
+                              op_overhead=args.op_overhead)
         rows.extend(part)
         print(f"schedules: {', '.join(r.schedule for r in part)} searched in "
               f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
@@ -70,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "problem": problem.name, "devices": args.devices, "mode": args.mode,
             "memory_cap": cap, "B": problem.B, "layers": problem.S,
+            "op_overhead": args.op_overhead,
             "schedules": [r.to_dict() for r in rows],
             "best": None if best is None else best.schedule,
         }))

@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunks", "-v", type=int, metavar="V",
                    help="with --devices: chunks per device for interleaved-1f1b, looped-bfs and "
                    "zb1p (default 2; zbv and dualpipev always hold 2)")
+    p.add_argument("--op-overhead", type=float, default=0.0, metavar="SECONDS",
+                   help="with --devices: seconds the runtime adds to every action "
+                   "(docs/TORCH-SCHEDULES.md §7)")
     p.add_argument("--partition", metavar="N,N,...",
                    help="with --devices: layers per chunk, in model order (default: balanced, "
                    "larger chunks first)")
@@ -56,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.devices is not None:
         return run_devices(args)
+    if args.op_overhead:
+        from ..errors import UmpipeError
+
+        raise UmpipeError("--op-overhead needs --devices (a torch schedule on devices)")
     for flag in ("chunks", "partition"):
         if getattr(args, flag) is not None:
             from ..errors import UmpipeError
@@ -144,7 +151,8 @@ def run_devices(args: argparse.Namespace) -> int:
     chunks = group_layers(problem, counts)
     mode = args.mode or "stash"
     lists = torch_orders(info.name, D, M, v)
-    tl = simulate_devices(chunks, layout.devices, lists, edp_sizes(problem.B, M), mode)
+    tl = simulate_devices(chunks, layout.devices, lists, edp_sizes(problem.B, M), mode,
+                          args.op_overhead)
     cap = parse_size(args.memory_cap) if args.memory_cap is not None else None
     fits = None if cap is None or tl.peak_memory is None else max(tl.peak_memory) <= cap
     if args.json:
