@@ -187,7 +187,7 @@ def profile_command(name: str) -> str:
     sets = " ".join(f"--set {k}={json.dumps(v)}" for k, v in w["config"].items())
     return (f"umpipe-bench profile {w['model']} --batch {w['B']} {sets} --threads 1 "
             f"--repeats 9 --warmup 2 --co-run --split-backward "
-            f"--out problems/data/{name}-l{w['layers']}.json")
+            f"--out results/real/torch-schedules/{name}-l{w['layers']}.json")
 
 
 class _Progress(threading.Thread):
@@ -291,7 +291,9 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
     runs = []
     for path in paths:
         run = json.loads(Path(path).read_text(encoding="utf-8"))
-        problem = run["workload"]["name"]
+        name = run["workload"]["name"]
+        beside = Path(path).parent / f"{name}.json"  # the workload's profile, if kept there
+        problem = str(beside) if beside.exists() else name
         cal_path = Path(str(path).replace(".run.json", ".calrun.json"))
         c = fit_overhead(problem, str(cal_path)) if cal_path.exists() else None
         rows = run["summary"]["rows"]
@@ -304,7 +306,7 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
             keys = {(e["torch_class"], e["M"], tuple(e["partition"])) for e in chosen}
             picks[k] = [i for i, r in enumerate(rows)
                         if (r["torch_class"], r["M"], tuple(r["partition"])) in keys]
-        runs.append((run, problem, c, rows, meas, models, preds, picks))
+        runs.append((run, (name, problem), c, rows, meas, models, preds, picks))
     lines = ["# torch's pipeline schedules: predicted against measured", "",
              f"Regenerate the page: `{command}`. The runs: `python "
              "scripts/measure_torch_schedules.py ENTRIES --rounds 40 --warmup 5 --out "
@@ -315,13 +317,13 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
              "Two CPU processes (gloo, one thread each), torch.distributed.pipelining running "
              "each schedule itself; every entry of a workload in one launch, interleaved "
              "rounds, medians, percentile-bootstrap 95 % intervals. Predictions: the device "
-             "simulator on the workload's one-layer-per-stage profile (`problems/data/`), "
+             "simulator on the workload's one-layer-per-stage profile (beside the runs), "
              "**as profiled**, and **with overhead**: plus a fixed time per action, fitted "
              "(least squares on log times) to a separate calibration run of GPipe at every M.",
              "", "| workload | model | overhead per action | Spearman, all entries | Spearman, "
              "the model's own picks | median \\|pred-meas\\|/meas |",
              "|---|---|---:|---:|---:|---:|"]
-    for _run, problem, _c, rows, meas, models, preds, picks in runs:
+    for _run, (problem, _), _c, rows, meas, models, preds, picks in runs:
         for k, v in models.items():
             p = preds[k]
             own = picks[k]
@@ -330,7 +332,7 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
                 f"| {problem} | {k} | {v * 1e3:.2f} ms | {rho(p, meas):.3f} ({len(rows)}) | "
                 f"{rho([p[i] for i in own], [meas[i] for i in own]):.3f} ({len(own)}) | "
                 f"{err * 100:.1f} % |")
-    for run, problem, _c, rows, meas, models, preds, picks in runs:
+    for run, (problem, _), _c, rows, meas, models, preds, picks in runs:
         names = list(models)
         lines += ["", f"## {problem}", "",
                   f"Run: `{run['command']}` ({run['date']}; load average {run['load_before']} "
@@ -351,7 +353,8 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
         import matplotlib.pyplot as plt
 
         fig, axes = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 4.8), squeeze=False)
-        for ax, (_run, problem, _c, rows, meas, models, preds, _picks) in zip(axes[0], runs):
+        for ax, (_run, (problem, _), _c, rows, meas, models, preds, _picks) in zip(axes[0],
+                                                                                   runs):
             ys = [x * 1e3 for x in meas]
             err = [[(r["median"] - r["low"]) * 1e3 for r in rows],
                    [(r["high"] - r["median"]) * 1e3 for r in rows]]
