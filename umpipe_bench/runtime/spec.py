@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = ["BACKENDS", "DTYPE_NAMES", "ENGINES", "OPTIMIZERS", "Entry", "RunSpec"]
 
@@ -49,9 +49,34 @@ class Entry:
             raise ValueError(f"entry {self.label!r}: engine must be one of {ENGINES}")
 
 
+class JsonSpec:
+    """A launch's spec as the JSON its processes read: a dataclass whose ``entries`` are
+    dataclasses of type :attr:`ENTRY`."""
+
+    ENTRY: ClassVar[type]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        data = dict(data)
+        data["entries"] = [cls.ENTRY(**e) for e in data["entries"]]
+        return cls(**data)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(json.dumps(self.to_dict()) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Any:
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
 @dataclass
-class RunSpec:
+class RunSpec(JsonSpec):
     """Everything a worker needs. ``layers_per_stage`` is a list of per-stage layer-index lists."""
+
+    ENTRY: ClassVar[type] = Entry
 
     run_id: str
     model: str
@@ -88,19 +113,3 @@ class RunSpec:
     @property
     def S(self) -> int:
         return len(self.layers_per_stage)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
-        data = dict(data)
-        data["entries"] = [Entry(**e) for e in data["entries"]]
-        return cls(**data)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        Path(path).write_text(json.dumps(self.to_dict()) + "\n", encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> RunSpec:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

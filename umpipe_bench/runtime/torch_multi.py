@@ -26,7 +26,6 @@ import resource
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -40,7 +39,7 @@ from ..layout import device_chunks
 from .errors import PlanRefused
 from .stages import parse_dtype
 from .torch_schedules import TorchEntry, TorchMultiSpec, chunk_layers
-from .worker import FAULT_ENV, _optimizer, write_failure
+from .worker import FAULT_ENV, _optimizer, run_rank_main
 
 __all__ = ["TorchScheduleRunner", "main", "run_rank"]
 
@@ -257,18 +256,4 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--spec", required=True, help="spec JSON written by the launcher")
     args = parser.parse_args(argv)
-    spec = TorchMultiSpec.load(args.spec)
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    try:
-        run_rank(spec, rank, world)
-    except BaseException as exc:
-        write_failure(spec.out_dir, rank, exc)
-        print(f"[umpipe] rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        traceback.print_exc()
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(1)  # a clean shutdown could block on the process group
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    return 0
+    return run_rank_main(TorchMultiSpec.load(args.spec), run_rank, "rank")

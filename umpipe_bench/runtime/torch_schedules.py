@@ -15,12 +15,9 @@ refuse is refused before any process starts. Pure: no torch import.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from ..torch_schedules import (
     ScheduleNameError,
@@ -30,7 +27,7 @@ from ..torch_schedules import (
     schedule_info,
 )
 from .errors import PlanRefused
-from .spec import BACKENDS, DTYPE_NAMES, OPTIMIZERS
+from .spec import BACKENDS, DTYPE_NAMES, OPTIMIZERS, JsonSpec
 
 __all__ = [
     "WORKLOADS",
@@ -151,9 +148,11 @@ def make_entry(
 
 
 @dataclass
-class TorchMultiSpec:
+class TorchMultiSpec(JsonSpec):
     """Everything the processes of one torch-schedules launch need (JSON), one rank per
     process. ``D`` is the world size; each entry brings its own partition into chunks."""
+
+    ENTRY: ClassVar[type] = TorchEntry
 
     run_id: str
     model: str
@@ -188,19 +187,3 @@ class TorchMultiSpec:
     def S(self) -> int:
         """Processes to launch (the launcher's name for it)."""
         return self.D
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TorchMultiSpec:
-        data = dict(data)
-        data["entries"] = [TorchEntry(**e) for e in data["entries"]]
-        return cls(**data)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        Path(path).write_text(json.dumps(self.to_dict()) + "\n", encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> TorchMultiSpec:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))

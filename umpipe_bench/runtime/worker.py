@@ -351,18 +351,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--spec", required=True, help="run spec JSON written by the launcher")
     args = parser.parse_args(argv)
-    spec = RunSpec.load(args.spec)
+    return run_rank_main(RunSpec.load(args.spec), run_worker, "stage")
+
+
+def run_rank_main(spec: Any, run: Any, what: str) -> int:
+    """Run ``run(spec, rank, world)`` for this torchrun rank; on any failure record it for the
+    launcher (:func:`write_failure`), print it, and exit at once (a clean interpreter shutdown
+    could block on the process group); on success leave the process group."""
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     try:
-        run_worker(spec, rank, world)
+        run(spec, rank, world)
     except BaseException as exc:
         write_failure(spec.out_dir, rank, exc)
-        print(f"[umpipe] stage {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"[umpipe] {what} {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         traceback.print_exc()
         sys.stderr.flush()
         sys.stdout.flush()
-        # exit now: a clean interpreter shutdown could block on the process group
         os._exit(1)
     if dist.is_initialized():
         dist.destroy_process_group()
