@@ -126,3 +126,35 @@ def test_registry_has_every_sim_instance_and_lookup_errors_list_names():
     assert (p.S, p.B, p.name) == (8, 64, "sim-s8-b64-s0")
     with pytest.raises(KeyError, match=r"names: sim-s\{S\}-b\{B\}-s\{seed\}.*closest: "):
         get_problem("nope")
+
+
+def test_split_backward_tables_all_stages_or_none(tmp_path):
+    """The optional split-backward tables (docs/MODEL.md §1c) round-trip through a file and are
+    refused in one line when a stage has only some of them, or some stages have none."""
+    p = get_problem("sim-s4-b16-s0")
+    d = p.to_dict()
+    for st in d["stages"]:
+        st.update(ibwd=[0.5 * x for x in st["bwd"]], ribwd=list(st["rbwd"]),
+                  wbwd=[0.5 * x for x in st["bwd"]])
+        st["memory"]["w_held_bytes_per_sample"] = 1.0
+    q = Problem.from_dict(d)
+    assert q.has_split_backward and not p.has_split_backward
+    path = tmp_path / "s.json"
+    q.save(path)
+    assert Problem.load(path).to_dict() == q.to_dict()
+    assert q.tables().input_backward("stash")[0, 3] == pytest.approx(0.5 * q.bwd(0, 3))
+    partial = json.loads(json.dumps(d))
+    del partial["stages"][1]["wbwd"]
+    with pytest.raises(ProblemError, match=r"stage 1 has split-backward field\(s\)"):
+        Problem.from_dict(partial)
+    some = json.loads(json.dumps(d))
+    for k in ("ibwd", "ribwd", "wbwd"):
+        del some["stages"][2][k]
+    with pytest.raises(ProblemError, match="every stage or none"):
+        Problem.from_dict(some)
+    short = json.loads(json.dumps(d))
+    short["stages"][0]["ibwd"] = short["stages"][0]["ibwd"][:-1]
+    with pytest.raises(ProblemError, match="stage 0 field 'ibwd' has"):
+        Problem.from_dict(short)
+    with pytest.raises(ProblemError, match="no split-backward costs"):
+        p.tables().input_backward("recompute")
