@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.base import Budget, Planner, PlanResult
-from umpipe_bench.planners.reference import best_edp, edp_times
+from umpipe_bench.planners.evaluation.reference import best_edp, edp_times
+from umpipe_bench.planners.search.base import Budget, Planner, PlanResult
 from umpipe_bench.problem import Problem
 
 __all__ = ["GPipeEDP", "OneFOneBEDP"]

@@ -38,11 +38,11 @@ import math
 import numpy as np
 
 from umpipe_bench.memory import MemoryCapError, capacities, memory_figures
-from umpipe_bench.planners.base import Budget, Planner, PlannerError, PlanResult
-from umpipe_bench.planners.encoding import bits_to_plan, codes_to_bits
-from umpipe_bench.planners.evaluator import PopulationEvaluator
-from umpipe_bench.planners.family import FamilyEvaluator
-from umpipe_bench.planners.settings import resolve_settings
+from umpipe_bench.planners.evaluation.encoding import bits_to_plan, codes_to_bits
+from umpipe_bench.planners.evaluation.evaluator import PopulationEvaluator
+from umpipe_bench.planners.evaluation.family import FamilyEvaluator
+from umpipe_bench.planners.search.base import Budget, Planner, PlannerError, PlanResult
+from umpipe_bench.planners.search.settings import resolve_settings
 from umpipe_bench.problem import Problem
 from umpipe_bench.simulator import gpipe_recurrence, simulate
 

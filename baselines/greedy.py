@@ -1,5 +1,5 @@
 """Greedy baselines: ``local-greedy`` and ``greedy-dp`` (definitions in
-:mod:`umpipe_bench.planners.greedy`, where DGAP/TiDGAP take their seeds from).
+:mod:`umpipe_bench.planners.algorithms.greedy`, where DGAP/TiDGAP take their seeds from).
 
 Both are deterministic constructions: one plan, one evaluation, no budget or seed used.
 """
@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.base import Budget, Planner, PlanResult
-from umpipe_bench.planners.greedy import greedy_dp_plan, local_greedy_plan
+from umpipe_bench.planners.algorithms.greedy import greedy_dp_plan, local_greedy_plan
+from umpipe_bench.planners.search.base import Budget, Planner, PlanResult
 from umpipe_bench.problem import Problem
 from umpipe_bench.simulator import gpipe_recurrence
 

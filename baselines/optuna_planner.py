@@ -7,7 +7,7 @@ with a balanced split, ``S`` or ``2S`` integer parameters: a much smaller space 
 better, but one that cannot express every plan. With ``seed_edp`` (default) the best EDP(M)
 plan under gpipe (a scan of B evaluations) is enqueued as the first trial, so the result is
 never worse than GPipe; the first trial is the starting point. Optuna's own ask/tell is
-driven by the shared search loop (:mod:`umpipe_bench.planners.loop`): one trial per ask.
+driven by the shared search loop (:mod:`umpipe_bench.planners.search.loop`): one trial per ask.
 
 TPE's cost grows with trials x parameters (~0.1 s per trial at 60 bits, ~0.6 s at 900 bits
 on one core), so give it a ``secs:`` budget on large problems. ``gens:N`` means N trials after
@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from umpipe_bench.planners.base import Budget, PlannerError
-from umpipe_bench.planners.encoding import edp_bits, edp_row
-from umpipe_bench.planners.loop import Evaluate, SearchAlgorithm, SearchPlanner
-from umpipe_bench.planners.objective import Genomes, Objective
+from umpipe_bench.planners.evaluation.encoding import edp_bits, edp_row
+from umpipe_bench.planners.evaluation.objective import Genomes, Objective
+from umpipe_bench.planners.search.base import Budget, PlannerError
+from umpipe_bench.planners.search.loop import Evaluate, SearchAlgorithm, SearchPlanner
 from umpipe_bench.problem import Problem
 
 __all__ = ["OptunaTPE", "TPEAlgorithm"]

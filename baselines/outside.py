@@ -1,7 +1,7 @@
 """Outside optimizers as planners: Optuna CMA-ES and GA, nevergrad, pymoo (``[optimizers]``).
 
 Each library's own ask/tell runs inside the project's one search loop
-(:class:`umpipe_bench.planners.loop.SearchLoop`, which owns the budget, the evaluation count
+(:class:`umpipe_bench.planners.search.loop.SearchLoop`, which owns the budget, the evaluation count
 and the typed history) on :class:`umpipe_bench.api.PipelineObjective`, the public objective
 any researcher gets (README "Bring your own optimizer"): a flat integer genome (cut bits,
 docs/MODEL.md §2; in the ``capped`` family also in-flight caps, docs/SCHEDULES.md) evaluated
@@ -33,8 +33,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from umpipe_bench.api import PipelineObjective
-from umpipe_bench.planners.base import Budget, PlannerError, PlanResult
-from umpipe_bench.planners.loop import SearchAlgorithm, SearchLoop, SearchPlanner, Termination
+from umpipe_bench.planners.search.base import Budget, PlannerError, PlanResult
+from umpipe_bench.planners.search.loop import (
+    SearchAlgorithm,
+    SearchLoop,
+    SearchPlanner,
+    Termination,
+)
 from umpipe_bench.problem import Problem
 
 __all__ = ["CMAES", "NevergradDiscreteOnePlusOne", "NevergradNGOpt", "OptunaCMAES", "OptunaGA",
@@ -64,7 +69,7 @@ class LibraryAlgorithm(SearchAlgorithm):
         return np.where(np.isfinite(T), T, PENALTY * self.start_time)
 
     def setup(self, evaluate: Any) -> None:
-        from umpipe_bench.planners.encoding import edp_bits
+        from umpipe_bench.planners.evaluation.encoding import edp_bits
 
         S, B = self.obj.problem.S, self.obj.problem.B
         X = np.stack([self.obj.space.join(edp_bits(S, B, M)) for M in range(1, B + 1)])
@@ -329,7 +334,7 @@ class _PymooGA(LibraryAlgorithm):
         from pymoo.operators.crossover.pntx import TwoPointCrossover
         from pymoo.operators.mutation.bitflip import BitflipMutation
 
-        from umpipe_bench.planners.encoding import random_bits
+        from umpipe_bench.planners.evaluation.encoding import random_bits
 
         S, B, P = self.obj.problem.S, self.obj.problem.B, self.popsize
         rng = np.random.default_rng(self.seed)

@@ -1,10 +1,10 @@
 """``random-search``: the floor any GA must beat (docs/MODEL.md §2 encoding, §4 evaluation).
 
 Draws random plans from the same distribution as the GAs' random individuals
-(:func:`umpipe_bench.planners.encoding.random_bits`: per chromosome a microbatch count
+(:func:`umpipe_bench.planners.evaluation.encoding.random_bits`: per chromosome a microbatch count
 log-uniform in [1, B]) and keeps the best, with the same budget as a GA. It is seeded with
 nothing (no EDP, no greedy plan): its starting point is its first random plan. It is an
-ask/tell algorithm on the shared search loop (:mod:`umpipe_bench.planners.loop`): each ask is
+ask/tell algorithm on the shared search loop (:mod:`umpipe_bench.planners.search.loop`): each ask is
 one batch of random plans, evaluated by the population evaluator (bit-identical to the
 reference).
 
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from umpipe_bench.planners.base import Budget, PlannerError
-from umpipe_bench.planners.encoding import random_bits
-from umpipe_bench.planners.loop import Evaluate, SearchAlgorithm, SearchPlanner
-from umpipe_bench.planners.objective import Genomes, Objective
+from umpipe_bench.planners.evaluation.encoding import random_bits
+from umpipe_bench.planners.evaluation.objective import Genomes, Objective
+from umpipe_bench.planners.search.base import Budget, PlannerError
+from umpipe_bench.planners.search.loop import Evaluate, SearchAlgorithm, SearchPlanner
 from umpipe_bench.problem import Problem
 
 __all__ = ["RandomSearch", "RandomSearchAlgorithm"]

@@ -68,7 +68,7 @@ timeout "$POST_S" "$PY" - "$OUT/gpt1-14-cuda.json" "$OUT/vgg16-cuda.json" <<'PY'
 import json, sys
 import torch
 from umpipe_bench.problem import Problem
-from umpipe_bench.planners.reference import best_edp
+from umpipe_bench.planners.evaluation.reference import best_edp
 mem = torch.cuda.get_device_properties(0).total_memory
 for path in sys.argv[1:]:
     d = json.loads(open(path).read())

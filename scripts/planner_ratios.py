@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from umpipe_bench.planners.dgap import DGAPEngine, Individual, make_toolbox
-from umpipe_bench.planners.evaluator import PopulationEvaluator, bits_to_plan
-from umpipe_bench.planners.ga import GA_DEFAULTS
-from umpipe_bench.planners.tidgap import TiDGAPEngine
+from umpipe_bench.planners.algorithms.dgap import DGAPEngine, Individual, make_toolbox
+from umpipe_bench.planners.algorithms.tidgap import TiDGAPEngine
+from umpipe_bench.planners.evaluation.evaluator import PopulationEvaluator, bits_to_plan
+from umpipe_bench.planners.search.ga import GA_DEFAULTS
 from umpipe_bench.problem import Problem
 from umpipe_bench.simulator import gpipe_recurrence
 from umpipe_bench.synthetic import synthetic_problem

@@ -60,3 +60,32 @@ def test_the_report_and_the_plots_share_tables_not_each_other():
     plots = _imports(ROOT / "umpipe_bench/bench/plots.py", known)
     assert "umpipe_bench.bench.report" not in plots
     assert "umpipe_bench.bench.tables" in plots
+
+
+#: The planners' rooms, lowest first: a module imports from its own room or a lower one.
+ROOMS = ("evaluation", "search", "algorithms")
+#: The one import that goes up: every GA's seeded population holds the greedy plans.
+UPWARD_ALLOWED = {
+    ("umpipe_bench.planners.search.seeding", "umpipe_bench.planners.algorithms.greedy"),
+}
+
+
+def _room(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] == ["umpipe_bench", "planners"] and len(parts) > 2 and parts[2] in ROOMS:
+        return ROOMS.index(parts[2])
+    return None
+
+
+def test_the_planner_rooms_import_downward():
+    files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
+    known = {_module_name(p) for p in files}
+    upward = sorted(
+        (a, b)
+        for p in (ROOT / "umpipe_bench/planners").rglob("*.py")
+        for a in [_module_name(p)]
+        for b in _imports(p, known)
+        if _room(a) is not None and _room(b) is not None and _room(b) > _room(a)
+        and (a, b) not in UPWARD_ALLOWED
+    )
+    assert upward == []

@@ -10,7 +10,7 @@ import pytest
 
 from baselines import outside
 from tests import test_planners_contract as contract
-from umpipe_bench.planners.base import PlannerError
+from umpipe_bench.planners.search.base import PlannerError
 from umpipe_bench.registry import planner_names, register_planner
 from umpipe_bench.synthetic import synthetic_problem
 

@@ -14,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..problem import Problem
-from .base import Budget, Planner, PlannerError, PlanResult
+from ...problem import Problem
+from ..search.base import Budget, Planner, PlannerError, PlanResult
 
 __all__ = ["TUNED_SCHEMA", "TunedTiDGAP", "load_tuned", "tuned_path"]
 
@@ -65,7 +65,7 @@ class TunedTiDGAP(Planner):
         return {"tuned": {**tuned, **settings}}
 
     def __init__(self, **overrides: Any) -> None:
-        from ..registry import get_planner
+        from ...registry import get_planner
 
         tuned = load_tuned(tuned_path(self.base), self.base)
         self._inner = get_planner(self.base, **{**tuned, **overrides})

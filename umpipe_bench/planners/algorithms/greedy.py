@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan import Plan
-from ..problem import Problem
+from ...plan import Plan
+from ...problem import Problem
 
 __all__ = ["greedy_dp_plan", "local_greedy_plan", "local_greedy_sizes", "pareto_prefix_dp",
            "prefix_dp_sizes"]
@@ -124,9 +124,9 @@ def pareto_prefix_dp(
 def prefix_dp_sizes(
     R: np.ndarray, cost: np.ndarray, link: np.ndarray | None, start: float
 ) -> tuple[int, ...]:
-    """:func:`pareto_prefix_dp`, compiled (:mod:`._prefix_dp`: same result, ties included);
-    the numpy form stays as the readable reference the tests compare against."""
-    from ._prefix_dp import prefix_dp
+    """:func:`pareto_prefix_dp`, compiled (:mod:`..evaluation._prefix_dp`: same result, ties
+    included); the numpy form stays as the readable reference the tests compare against."""
+    from ..evaluation._prefix_dp import prefix_dp
 
     has_link = link is not None
     ends = prefix_dp(np.ascontiguousarray(R, dtype=np.float64),

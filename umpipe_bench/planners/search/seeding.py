@@ -2,8 +2,9 @@
 
 For one seed both GAs start from the same individuals: the best ``edp_seeds`` EDP(M) plans
 found by scanning every M in 1..B, the ``local-greedy`` and ``greedy-dp`` plans
-(:mod:`.greedy`), then random individuals (:func:`.encoding.random_bits`). Every evaluation
-goes through the caller's ``evaluate`` and is counted by it (the search loop's objective).
+(:mod:`..algorithms.greedy`), then random individuals (:func:`..evaluation.encoding.random_bits`).
+Every evaluation goes through the caller's ``evaluate`` and is counted by it (the search loop's
+objective).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..problem import Problem
-from .encoding import edp_bits, plan_to_bits, random_bits
-from .greedy import greedy_dp_plan, local_greedy_plan
+from ...problem import Problem
+from ..algorithms.greedy import greedy_dp_plan, local_greedy_plan
+from ..evaluation.encoding import edp_bits, plan_to_bits, random_bits
 
 __all__ = ["Seeds", "add_family_seeds", "initial_population", "seed_plans",
            "seeding_evaluations"]
@@ -111,11 +112,11 @@ def add_family_seeds(problem: Problem, mode: str, seeds: Seeds,
     fastest 1F1B-EDP plans whose M divides B, with the sample caps that reproduce torch's
     1F1B lists (:func:`.caps.family_seeds`), all sorted best first.
 
-    ``evaluate(genomes) -> T`` takes :class:`.objective.Genomes` with caps; every call is
-    counted by the caller's loop.
+    ``evaluate(genomes) -> T`` takes :class:`..evaluation.objective.Genomes` with caps; every call
+    is counted by the caller's loop.
     """
+    from ..evaluation.objective import Genomes
     from .caps import family_seeds
-    from .objective import Genomes
 
     S, B = problem.S, problem.B
     extra = [(label, M, k) for label, M, k in family_seeds(problem, mode)

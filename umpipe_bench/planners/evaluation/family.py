@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..memory import capacities, memory_figures
-from ..plan import Plan
-from ..problem import Problem
+from ...memory import capacities, memory_figures
+from ...plan import Plan
+from ...problem import Problem
 from .evaluator import kernel_tables, plan_to_bits, population_bits, run_row_blocks
 
 __all__ = ["FamilyEvaluator"]

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..memory import MemoryCapError, format_bytes
-from ..plan import MODES
-from ..problem import Problem
+from ...memory import MemoryCapError, format_bytes
+from ...plan import MODES
+from ...problem import Problem
 from .family import FamilyEvaluator
 
 __all__ = ["EdpScan", "best_edp", "clear_cache", "edp_scan", "edp_times"]

@@ -1,5 +1,5 @@
-"""Compiled (numba) form of :func:`.greedy.pareto_prefix_dp`: the same states, the same order,
-the same ties, so ``greedy-dp`` builds the same plan (docs/MODEL.md §4 chains).
+"""Compiled (numba) form of :func:`..algorithms.greedy.pareto_prefix_dp`: the same states, the same
+order, the same ties, so ``greedy-dp`` builds the same plan (docs/MODEL.md §4 chains).
 
 The numpy form sorts every prefix's candidates (``lexsort`` by ``V``, then ``W``) and keeps
 those whose ``W`` is below every earlier one: ``O(m log m)`` per prefix plus Python overhead,
@@ -20,7 +20,8 @@ __all__ = ["prefix_dp"]
 
 @njit(cache=True)
 def prefix_dp(R, cost, link, has_link, start):  # pragma: no cover - compiled
-    """Microbatch ends of the best composition (see :func:`.greedy.pareto_prefix_dp`)."""
+    """Microbatch ends of the best composition (see
+    :func:`..algorithms.greedy.pareto_prefix_dp`)."""
     B = cost.shape[0] - 1
     cap = 4 * (B + 1)
     pre = np.empty(cap, np.int64)

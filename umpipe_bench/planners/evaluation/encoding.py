@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..plan import Plan, balanced_split
+from ...plan import Plan, balanced_split
 
 __all__ = [
     "bits_to_plan",

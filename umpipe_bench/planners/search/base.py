@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..plan import MODES, Plan
-from ..problem import Problem
+from ...plan import MODES, Plan
+from ...problem import Problem
 from .errors import PlannerError
 from .history import History
 from .settings import resolve_settings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import UmpipeError
+from ...errors import UmpipeError
 
 __all__ = ["PlannerError"]
 

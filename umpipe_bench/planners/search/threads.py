@@ -1,6 +1,6 @@
 """The ``threads`` setting of the population evaluators: an integer, or ``auto``.
 
-Both evaluators split a call's rows over threads (:func:`.evaluator.run_row_blocks`; the
+Both evaluators split a call's rows over threads (:func:`..evaluation.evaluator.run_row_blocks`; the
 numba kernels release the GIL, results are bit-identical for any split). A thread pays only
 when the call is big enough: measured on a quiet 2-core machine (results/perf/search.md,
 section 3), 1-thread/2-thread was 0.67x at ``N*S*B`` = 57k (gpt1-14, N = 256) and 1.38-1.87x

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..problem import Problem
+from ...problem import Problem
 from .base import Budget, PlannerError
 from .seeding import seeding_evaluations
 
@@ -88,7 +88,7 @@ def check_schedule_setting(planner: str, settings: dict[str, Any]) -> None:
 def ga_population(planner: str, problem: Problem, mode: str, settings: dict[str, Any],
                   budget: Budget, descent: int = 0) -> int:
     """:func:`population_size` with the schedule family's extra seeds and the stage descent's
-    allowance (``descent`` evaluations, :mod:`.descent`) counted, recorded in
+    allowance (``descent`` evaluations, :mod:`..algorithms.descent`) counted, recorded in
     ``settings["population"]``."""
     from .caps import extra_family_seeds
 

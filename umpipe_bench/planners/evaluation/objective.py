@@ -1,7 +1,7 @@
 """What a search planner optimizes: a batch of genomes in, iteration times out (docs/MODEL.md §4).
 
-The search loop (:mod:`.loop`) never looks inside a genome: it hands a :class:`Genomes` batch
-to ``objective.evaluate`` and counts its rows. A genome is the dual cut-bit chromosome
+The search loop (:mod:`..search.loop`) never looks inside a genome: it hands a :class:`Genomes`
+batch to ``objective.evaluate`` and counts its rows. A genome is the dual cut-bit chromosome
 of docs/MODEL.md §2 (:mod:`.encoding`), plus, for the schedule family (docs/SCHEDULES.md),
 per-stage in-flight caps: :class:`FamilyObjective` evaluates those, :class:`CutBitsObjective`
 the GPipe recurrence; the loop does not change.
@@ -14,8 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
-from ..plan import Plan
-from ..problem import Problem
+from ...plan import Plan
+from ...problem import Problem
 from .encoding import bits_to_plan
 
 __all__ = ["CutBitsObjective", "FamilyObjective", "Genomes", "Objective"]
@@ -102,7 +102,7 @@ class FamilyObjective:
 
     def evaluate(self, genomes: Genomes) -> np.ndarray:
         if self.evaluator is None:  # the reference, one plan at a time (DGAP's baseline)
-            from ..simulator import simulate
+            from ...simulator import simulate
 
             out = np.empty(len(genomes))
             for i in range(len(genomes)):

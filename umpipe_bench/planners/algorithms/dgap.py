@@ -1,25 +1,25 @@
 """DGAP: the dual-chromosome genetic algorithm on DEAP (UMPIPE; docs/MODEL.md §2 and §4).
 
 An individual holds two chromosomes of cut bits (forward and backward partitions of every
-stage; :mod:`.encoding`); in stash mode the backward chromosome is tied to the forward one, so
-an individual holds the forward one only. Fitness is the reference simulator
+stage; :mod:`..evaluation.encoding`); in stash mode the backward chromosome is tied to the forward
+one, so an individual holds the forward one only. Fitness is the reference simulator
 (:func:`umpipe_bench.simulator.gpipe_recurrence`), one individual at a time: this is the
 baseline that TiDGAP accelerates. One generation, DEAP style:
 
 1. ``population - elites`` offspring by tournament selection, cloned;
 2. ``algorithms.varAnd``: each pair mates with probability ``cxpb`` (two-point crossover on
    each chromosome separately), each offspring mutates with probability ``mutpb`` (bit flips
-   and boundary shifts on each chromosome; :mod:`.operators`);
+   and boundary shifts on each chromosome; :mod:`..search.operators`);
 3. the changed offspring are evaluated; the ``HallOfFame`` keeps the best distinct individuals
    ever seen, and the best ``elites`` of them join the next population (elitism).
 
-DGAP plugs into the shared search loop (:mod:`.loop`) through :class:`DGAPEngine`, an ask/tell
-adapter around DEAP's toolbox: ``ask`` runs selection and ``varAnd`` and hands the loop the
+DGAP plugs into the shared search loop (:mod:`..search.loop`) through :class:`DGAPEngine`, an
+ask/tell adapter around DEAP's toolbox: ``ask`` runs selection and ``varAnd`` and hands the loop the
 offspring without a valid fitness; ``tell`` sets their fitness and updates the ``HallOfFame``
 and a DEAP ``Logbook`` (kept in the typed history's ``extra["logbook"]``). The loop's objective
 is the reference recurrence one individual at a time (the ``python`` evaluator backend).
 
-The initial population is seeded (:func:`.encoding.seed_plans`): best EDP(M) plans, the
+The initial population is seeded (:func:`..search.seeding.seed_plans`): best EDP(M) plans, the
 local-greedy and greedy-dp plans, then random individuals. With elitism the result is never
 worse than the best seed, hence never worse than the best EDP plan under gpipe.
 
@@ -39,16 +39,16 @@ from typing import Any
 import numpy as np
 from deap import algorithms, base, tools
 
-from ..plan import Plan
-from ..problem import Problem
-from ..simulator import gpipe_recurrence, simulate
-from .base import Budget
-from .caps import clamp_caps, memory_cap_limits, random_caps
-from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
-from .loop import Evaluate, History, SearchAlgorithm, SearchPlanner
-from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
-from .operators import list_cap_crossover, list_cap_mutation, list_crossover, list_mutation
-from .seeding import add_family_seeds, initial_population, seed_plans
+from ...plan import Plan
+from ...problem import Problem
+from ...simulator import gpipe_recurrence, simulate
+from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
+from ..search.base import Budget
+from ..search.caps import clamp_caps, memory_cap_limits, random_caps
+from ..search.ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
+from ..search.loop import Evaluate, History, SearchAlgorithm, SearchPlanner
+from ..search.operators import list_cap_crossover, list_cap_mutation, list_crossover, list_mutation
+from ..search.seeding import add_family_seeds, initial_population, seed_plans
 
 __all__ = ["DGAP", "DGAPEngine", "Individual", "make_toolbox", "new_logbook"]
 
@@ -259,8 +259,8 @@ class DGAP(SearchPlanner):
     """Dual-chromosome GA on DEAP, reference fitness one individual at a time.
 
     Settings (``--set``): population, cxpb, mutpb, flip_rate, shift_rate, tournament, elites,
-    edp_seeds, greedy_seeds (see :data:`.ga.GA_DEFAULTS`), ``schedule`` (``family``: cap genes
-    beside the chromosomes, fitness the list simulator one plan at a time, docs/SCHEDULES.md;
+    edp_seeds, greedy_seeds (see :data:`..search.ga.GA_DEFAULTS`), ``schedule`` (``family``: cap
+    genes beside the chromosomes, fitness the list simulator one plan at a time, docs/SCHEDULES.md;
     ``gpipe``: the GPipe recurrence) and ``cap_rate``.
     """
 

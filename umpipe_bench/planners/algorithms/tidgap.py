@@ -5,18 +5,18 @@ distributions, elitism and budget accounting as :mod:`.dgap`; what changes is ho
 is computed:
 
 * **evaluation**: the changed offspring of a whole generation are evaluated in one call of
-  the objective (:class:`.objective.CutBitsObjective`: all individuals and all microbatches at
-  once; ``backend`` auto = compiled numba loops, bit-identical to the reference; numpy = the
-  closed form as matrix operations; torch = the closed form on a torch device);
+  the objective (:class:`..evaluation.objective.CutBitsObjective`: all individuals and all
+  microbatches at once; ``backend`` auto = compiled numba loops, bit-identical to the reference;
+  numpy = the closed form as matrix operations; torch = the closed form on a torch device);
 * **variation**: the population is two preallocated uint8 buffers ``[P, S*(B-1)]`` per
   chromosome (this generation and the next, swapped); selection, crossover and mutation of a
-  whole generation are one compiled call (:mod:`._variation`) that writes the changed
+  whole generation are one compiled call (:mod:`..search._variation`) that writes the changed
   offspring first, so the evaluator reads one contiguous slice. No per-individual Python
   object, clone, fitness wrapper or per-generation plan decoding.
 
 Robustness over seeds (the same budget, less luck) comes from a large population (up to 1024,
-:func:`.ga.population_size`), mutation that moves boundaries more than it adds or removes them
-(DGAP's flip rate, four times its shift rate: on the schedule family, at the same budget, the
+:func:`..search.ga.population_size`), mutation that moves boundaries more than it adds or removes
+them (DGAP's flip rate, four times its shift rate: on the schedule family, at the same budget, the
 median gap to the best plan then known fell from +3.2 % to +2.0 % on vgg16 recompute and from
 +2.4 % to +1.6 % on gpt1-14 stash, archive/lab-notes:results/perf/quality.md) and a stage-copy
 mutation (a stage takes a neighbour stage's partition, ``copy_rate``), and from three means measured
@@ -25,7 +25,7 @@ on the schedule family (archive/lab-notes:results/perf/quality.md):
 * **equal T prefers larger caps**: T is a maximum over paths, so most cap genes do not change
   it, and without a preference they drift to low values that later block the moves a better
   plan needs. Selection and elitism break ties in T by the caps' sum
-  (:func:`._variation.cap_ties`); with it every seed of gpt1-14 stash reached the plan only
+  (:func:`..search._variation.cap_ties`); with it every seed of gpt1-14 stash reached the plan only
   one run in 24 had found, and some a better one;
 * **forward/backward copies** (recompute, ``sync_rate``): a mutation may give one stage's
   backward chromosome its forward partition, or the reverse. Runs got stuck with coarse
@@ -74,7 +74,7 @@ on the schedule family (archive/lab-notes:results/perf/quality.md):
 
 Optionally, when the best has not improved for
 ``patience`` generations, the next generation is a *local* one: every offspring is the best
-individual plus one random move (a flip or a boundary shift; :func:`._variation.vary`), a
+individual plus one random move (a flip or a boundary shift; :func:`..search._variation.vary`), a
 sampled neighbourhood of the best, and the best neighbour replaces the best if it is better (the
 rest of the population is kept, so it keeps its diversity). Local generations repeat while they
 improve the best. When the GA is stuck again right after two local searches failed, the next
@@ -95,18 +95,18 @@ from typing import Any
 
 import numpy as np
 
-from ..problem import Problem
-from .base import Budget, PlannerError
-from .caps import clamp_caps, memory_cap_limits, random_caps
+from ...problem import Problem
+from ..evaluation.encoding import random_bits
+from ..evaluation.evaluator import BACKENDS
+from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
+from ..search.base import Budget, PlannerError
+from ..search.caps import clamp_caps, memory_cap_limits, random_caps
+from ..search.ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
+from ..search.loop import Evaluate, SearchAlgorithm, SearchPlanner
+from ..search.seeding import Seeds, add_family_seeds, initial_population, seed_plans
+from ..search.settings import auto_or
+from ..search.threads import apply_threads, parse_threads
 from .descent import add_descent_seed, descent_allowance, without_descent
-from .encoding import random_bits
-from .evaluator import BACKENDS
-from .ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
-from .loop import Evaluate, SearchAlgorithm, SearchPlanner
-from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
-from .seeding import Seeds, add_family_seeds, initial_population, seed_plans
-from .settings import auto_or
-from .threads import apply_threads, parse_threads
 
 __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_RESTARTS",
            "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "IslandEngine", "RestartEngine",
@@ -132,7 +132,7 @@ BUDGET_CAP = 8_000_000
 ROUND_FLOOR = 1_000_000
 ROUND_PER_BIT = 64
 MAX_RESTARTS = 8
-#: The smallest island population: a run whose population (:func:`.ga.population_size`)
+#: The smallest island population: a run whose population (:func:`..search.ga.population_size`)
 #: would give each of the ``islands`` fewer individuals runs as one population (at S = 64,
 #: B = 1024 the default budget buys a population of 128, which needs every individual).
 ISLAND_FLOOR = 128
@@ -172,12 +172,13 @@ def parse_restarts(planner: str, value: Any) -> int | str:
 
 
 class TiDGAPEngine(SearchAlgorithm):
-    """One TiDGAP run over array populations (ask/tell; :class:`.loop.SearchLoop` drives)."""
+    """One TiDGAP run over array populations (ask/tell; :class:`..search.loop.SearchLoop`
+    drives)."""
 
     def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
                  population: int, seed: int | np.random.SeedSequence | None,
                  objective: Objective | None = None, evaluations: int | None = None) -> None:
-        from . import _variation
+        from ..search import _variation
 
         self._vary = _variation
         self.problem, self.mode, self.settings = problem, mode, settings
@@ -361,7 +362,7 @@ class TiDGAPEngine(SearchAlgorithm):
         return self._genomes(nf[:self._nc], nb[:self._nc], nk[:self._nc])
 
     def _vary_stream(self, args: tuple[Any, ...]) -> int:
-        """One :func:`._variation.vary` call on ``self._nu`` uniforms of the run's stream.
+        """One :func:`..search._variation.vary` call on ``self._nu`` uniforms of the run's stream.
 
         A call reads a prefix of its uniforms, typically 40 % of the generous ``self._nu``,
         and drawing them is a tenth of a generation where evaluation is cheap. So only a
@@ -732,9 +733,9 @@ class TiDGAP(SearchPlanner):
     0.14 % recompute over seeds 0-4, results/perf/convergence.md); any
     ``--budget`` overrides it.
 
-    Settings (``--set``): the GA settings of :data:`.ga.GA_DEFAULTS` (``population``: the
+    Settings (``--set``): the GA settings of :data:`..search.ga.GA_DEFAULTS` (``population``: the
     largest population, 1024; fewer when the budget would buy too few generations,
-    :func:`.ga.population_size`; ``flip_rate`` 1 and ``shift_rate`` 8 here: DGAP's flips and
+    :func:`..search.ga.population_size`; ``flip_rate`` 1 and ``shift_rate`` 8 here: DGAP's flips and
     four times its boundary shifts, measured on the schedule family in
     archive/lab-notes:results/perf/quality.md), ``patience``
     (generations without improvement before a local generation; 0, the default: never),
@@ -766,8 +767,8 @@ class TiDGAP(SearchPlanner):
     aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
     python), ``device`` (torch backend: e.g. ``cuda``) and ``threads`` (numba backend: the
     population split over this many threads; ``auto``, the default: 2 threads for an
-    evaluator call whose work ``N*S*B`` is at least :data:`.threads.AUTO_WORK`, else 1,
-    :mod:`.threads`), ``schedule`` (``family``: the plan space from
+    evaluator call whose work ``N*S*B`` is at least :data:`..search.threads.AUTO_WORK`, else 1,
+    :mod:`..search.threads`), ``schedule`` (``family``: the plan space from
     GPipe to 1F1B, per-stage in-flight cap genes beside the two chromosomes, seeded with the
     best GPipe-EDP and 1F1B-EDP plans that fit, docs/SCHEDULES.md; ``gpipe``: the GPipe
     schedule only, any backend) and ``cap_rate`` (expected cap genes redrawn per mutation).

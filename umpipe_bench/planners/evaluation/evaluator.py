@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import Plan
-from ..problem import Problem
-from ..simulator import gpipe_recurrence
+from ...plan import Plan
+from ...problem import Problem
+from ...simulator import gpipe_recurrence
 from ._closed_form import NUMPY_OPS, closed_form_backward, closed_form_forward
 from .encoding import bits_to_plan, plan_to_bits, plans_to_bits
 

@@ -6,7 +6,7 @@ initial population in :meth:`~SearchAlgorithm.setup`, then :meth:`~SearchAlgorit
 batch of genomes and :meth:`~SearchAlgorithm.tell` their times) and :class:`SearchLoop` does
 the rest, the same way for every planner:
 
-* it owns the objective (:mod:`.objective`): every evaluation goes through
+* it owns the objective (:mod:`..evaluation.objective`): every evaluation goes through
   :meth:`SearchLoop.evaluate`, which counts it and refuses one past an evaluation budget, so
   ``evaluations <= budget`` holds by construction;
 * it owns the budget as a :class:`Termination` (evaluations, generations, seconds; the first
@@ -29,11 +29,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..plan import Plan
-from ..problem import Problem
+from ...plan import Plan
+from ...problem import Problem
+from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from .base import Budget, Planner, PlannerError, PlanResult
 from .history import HISTORY_FIELDS, History, Record
-from .objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 
 __all__ = [
     "HISTORY_FIELDS",
@@ -209,7 +209,7 @@ class SearchPlanner(Planner):
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
-        from ..simulator import gpipe_recurrence, simulate
+        from ...simulator import gpipe_recurrence, simulate
 
         s = dict(self.config)
         termination = Termination(budget, self.name)
@@ -245,8 +245,8 @@ def never_worse_than_edp(problem: Problem, mode: str, plan: Plan, schedule: str,
     the best EDP plan that fits is, and when none fits either, the caller gets the
     :class:`~umpipe_bench.memory.MemoryCapError` that names the stage, bytes and cap.
     """
-    from ..memory import MemoryCapError
-    from .reference import best_edp
+    from ...memory import MemoryCapError
+    from ..evaluation.reference import best_edp
 
     best = (T, plan, schedule)
     error = None

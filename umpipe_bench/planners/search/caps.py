@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..memory import capacities, memory_figures
-from ..problem import Problem
+from ...memory import capacities, memory_figures
+from ...problem import Problem
 
 __all__ = [
     "clamp_caps",
@@ -78,7 +78,7 @@ def family_seeds(problem: Problem, mode: str, n_1f1b: int = 3) -> list[tuple[str
     under torch's 1F1B (those the family reproduces exactly) with their 1F1B caps. Under
     memory caps only M that fit count; none fitting gives no seed of that kind.
     """
-    from .reference import edp_scan
+    from ..evaluation.reference import edp_scan
 
     S, B = problem.S, problem.B
     out: list[tuple[str, int, np.ndarray]] = []

@@ -6,8 +6,8 @@ Stage descent works one level up. It starts from a plan (the best seed) and visi
 in order; at stage ``s`` it tries, all at once in one batch of the objective:
 
 * the stage's forward partition replaced by a balanced split into ``k`` parts
-  (:func:`.encoding.edp_row`) for every ``k`` in :func:`descent_counts` (all counts up to 64,
-  then a geometric grid up to ``B``), the rest of the plan unchanged; in stash mode the
+  (:func:`..evaluation.encoding.edp_row`) for every ``k`` in :func:`descent_counts` (all counts up
+  to 64, then a geometric grid up to ``B``), the rest of the plan unchanged; in stash mode the
   backward follows the forward;
 * in recompute mode, the same for the stage's backward partition;
 * with caps (the schedule family, docs/SCHEDULES.md), the stage's in-flight cap scaled by
@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from ..problem import Problem
-from .encoding import edp_row
-from .objective import Genomes
-from .seeding import Seeds
+from ...problem import Problem
+from ..evaluation.encoding import edp_row
+from ..evaluation.objective import Genomes
+from ..search.seeding import Seeds
 
 __all__ = ["CAP_FACTORS", "DESCENT_SHARE", "MAX_SWEEPS", "MIN_GAIN", "Descent",
            "add_descent_seed", "descent_allowance", "descent_counts", "stage_descent",
@@ -102,8 +102,8 @@ def stage_descent(
 ) -> Descent:
     """Coordinate descent from ``(fbits, bbits, caps)`` with T ``time`` (module docstring).
 
-    ``evaluate`` takes a batch of :class:`.objective.Genomes` (``[N, S, B-1]`` bits, caps
-    ``[N, S]`` or None) and returns T; every call is counted by the caller. At most
+    ``evaluate`` takes a batch of :class:`..evaluation.objective.Genomes` (``[N, S, B-1]`` bits,
+    caps ``[N, S]`` or None) and returns T; every call is counted by the caller. At most
     ``max_evaluations`` evaluations are made: a batch that would pass it is not run (the
     descent ends there). ``cap_limits`` ``[S]`` bounds the cap candidates (stash memory).
     """
