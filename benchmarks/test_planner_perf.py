@@ -24,7 +24,7 @@ from umpipe_bench.simulator import gpipe_recurrence
 from umpipe_bench.synthetic import synthetic_problem
 
 P = 256
-DATA = Path(__file__).resolve().parents[1] / "problems" / "data"
+DATA = Path(__file__).resolve().parents[1] / "umpipe_bench" / "problems" / "data"
 
 
 def _problems() -> dict[str, Problem]:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from baselines.exact import pareto_minimal
+from umpipe_bench.baselines.exact import pareto_minimal
 from umpipe_bench.plan import Plan, bits_to_sizes
 from umpipe_bench.planners.algorithms.greedy import (
     greedy_dp_plan,

@@ -16,7 +16,7 @@ into a black-box function in the manner of COCO's and pymoo's problems:
   (:class:`BudgetExhausted`, nothing of the batch is evaluated), so ``evaluations <= budget``
   holds by construction, and a history of the best so far (evaluations, wall time, best) is
   kept for the anytime statistics (:mod:`umpipe_bench.bench.anytime`).
-* :attr:`best_known` is the value in ``problems/best_known.json``
+* :attr:`best_known` is the value in ``umpipe_bench/problems/best_known.json``
   (:mod:`umpipe_bench.bench.best_known`); :attr:`lower_bound` is the proven lower bound on T
   of any plan (docs/SIMNETS.md, :mod:`umpipe_bench.bound`).
 """

@@ -1,8 +1,8 @@
 """Greedy plan constructions: ``local-greedy`` and ``greedy-dp`` (baselines and GA seeds).
 
 Both are defined on docs/MODEL.md §2 plans and the §4 recurrence; neither has a cost model of its
-own. They live in the core (not in ``baselines/``) because DGAP and TiDGAP seed their initial
-populations with them; ``baselines/greedy.py`` wraps them as planners.
+own. They live in the core (not in ``umpipe_bench/baselines/``) because DGAP and TiDGAP seed their
+initial populations with them; ``umpipe_bench/baselines/greedy.py`` wraps them as planners.
 
 local-greedy
     Each stage picks, alone, the size ``m*`` with the lowest cost per sample (forward:

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from problems.models import ModelSpec, merge_config
 from umpipe_bench.errors import UserInputError
+from umpipe_bench.problems.models import ModelSpec, merge_config
 
 __all__ = ["GPT1_CONFIG", "GPT1_MINI_CONFIG", "MODELS", "loss", "resolve_config"]
 

@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from problems.models import ModelSpec, merge_config
 from umpipe_bench.errors import UserInputError
+from umpipe_bench.problems.models import ModelSpec, merge_config
 
 __all__ = [
     "MODELS", "VGG16_CONFIG", "VGG16_HR_CONFIG", "VGG16_MINI_CONFIG", "VGG16_STEM_CONFIG", "loss",
@@ -46,7 +46,8 @@ __all__ = [
 _PLAN: tuple[int | str, ...] = (1, 1, "M", 2, 2, "M", 4, 4, 4, "M", 8, 8, 8, "M", 8, 8, 8, "M")
 
 VGG16_CONFIG: dict[str, Any] = {
-    "image": 64,  # pixels per side (ImageNet uses 224; see problems/data provenance for the choice)
+    # pixels per side (ImageNet uses 224; see umpipe_bench/problems/data provenance for the choice)
+    "image": 64,
     "width": 64,  # channels of the first conv; later convs use 2x, 4x, 8x
     "fc": 4096,
     "classes": 1000,

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from problems.models import ModelSpec
 from umpipe_bench.errors import UserInputError
+from umpipe_bench.problems.models import ModelSpec
 
 __all__ = ["MODELS", "build", "loss", "sample_batch"]
 

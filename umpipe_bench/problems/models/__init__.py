@@ -17,14 +17,14 @@ __all__ = ["ModelSpec", "get_model", "merge_config", "model_names"]
 
 # model name -> module that defines it
 _MODULES: dict[str, str] = {
-    "gpt1": "problems.models.gpt1",
-    "gpt1-mini": "problems.models.gpt1",
-    "vgg16": "problems.models.vgg16",
-    "vgg16-mini": "problems.models.vgg16",
-    "vgg16-hr": "problems.models.vgg16",
-    "vgg16-stem": "problems.models.vgg16",
-    "tiny-mlp": "problems.models.tiny",
-    "tiny-known": "problems.models.known",
+    "gpt1": "umpipe_bench.problems.models.gpt1",
+    "gpt1-mini": "umpipe_bench.problems.models.gpt1",
+    "vgg16": "umpipe_bench.problems.models.vgg16",
+    "vgg16-mini": "umpipe_bench.problems.models.vgg16",
+    "vgg16-hr": "umpipe_bench.problems.models.vgg16",
+    "vgg16-stem": "umpipe_bench.problems.models.vgg16",
+    "tiny-mlp": "umpipe_bench.problems.models.tiny",
+    "tiny-known": "umpipe_bench.problems.models.known",
 }
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from problems.models import ModelSpec
 from umpipe_bench.errors import UserInputError
+from umpipe_bench.problems.models import ModelSpec
 
 __all__ = ["KNOWN_CONFIG", "MODELS", "RepeatedMatmul", "loss", "resolve_config"]
 

@@ -1,7 +1,8 @@
-"""Problem providers: the committed profiles in ``problems/data`` and the synthetic networks.
+"""Problem providers: the committed profiles in ``umpipe_bench/problems/data`` and the synthetic
+networks.
 
 Registered through the ``umpipe_bench.problems`` entry point; importing this package does not
-import torch (model definitions live in :mod:`problems.models`, imported lazily).
+import torch (model definitions live in :mod:`umpipe_bench.problems.models`, imported lazily).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 def profiled() -> dict[str, Callable[[], Problem]]:
-    """Every committed problem file ``problems/data/NAME.json``, by file stem."""
+    """Every committed problem file ``umpipe_bench/problems/data/NAME.json``, by file stem."""
     return {p.stem: partial(Problem.load, p) for p in sorted(DATA_DIR.glob("*.json"))}
 
 
