@@ -32,10 +32,10 @@ import numpy as np
 import pytest
 
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.dgap import DGAPEngine
-from umpipe_bench.planners.evaluator import PopulationEvaluator, bits_to_plan
-from umpipe_bench.planners.ga import GA_DEFAULTS
-from umpipe_bench.planners.tidgap import TiDGAPEngine
+from umpipe_bench.planners.algorithms.dgap import DGAPEngine
+from umpipe_bench.planners.algorithms.tidgap import TiDGAPEngine
+from umpipe_bench.planners.evaluation.evaluator import PopulationEvaluator, bits_to_plan
+from umpipe_bench.planners.search.ga import GA_DEFAULTS
 from umpipe_bench.simulator import gpipe_recurrence, simulate
 from umpipe_bench.synthetic import synthetic_problem
 

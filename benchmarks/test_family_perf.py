@@ -2,7 +2,7 @@
 evaluator for the family").
 
 P = 256 random plans with random in-flight caps at S = 14, B = 64: the numba
-:class:`~umpipe_bench.planners.family.FamilyEvaluator` on the whole population against
+:class:`~umpipe_bench.planners.evaluation.family.FamilyEvaluator` on the whole population against
 :func:`~umpipe_bench.simulator.simulate` (the rule in Python, then the list simulation) one plan
 at a time, in one pytest-benchmark group (``pytest benchmarks/test_family_perf.py
 --benchmark-enable``). The same-run ratio, interleaved, is what ``scripts/family_perf.py``
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from umpipe_bench.planners.encoding import bits_to_plan, random_bits
-from umpipe_bench.planners.family import FamilyEvaluator
+from umpipe_bench.planners.evaluation.encoding import bits_to_plan, random_bits
+from umpipe_bench.planners.evaluation.family import FamilyEvaluator
 from umpipe_bench.simulator import simulate
 from umpipe_bench.synthetic import synthetic_problem
 

@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from umpipe_bench.planners.dgap import DGAPEngine, Individual, make_toolbox
-from umpipe_bench.planners.evaluator import PopulationEvaluator, bits_to_plan
-from umpipe_bench.planners.ga import GA_DEFAULTS
-from umpipe_bench.planners.tidgap import TiDGAP, TiDGAPEngine
+from umpipe_bench.planners.algorithms.dgap import DGAPEngine, Individual, make_toolbox
+from umpipe_bench.planners.algorithms.tidgap import TiDGAP, TiDGAPEngine
+from umpipe_bench.planners.evaluation.evaluator import PopulationEvaluator, bits_to_plan
+from umpipe_bench.planners.search.ga import GA_DEFAULTS
 from umpipe_bench.problem import Problem
 from umpipe_bench.simulator import gpipe_recurrence
 from umpipe_bench.synthetic import synthetic_problem
 
 P = 256
-DATA = Path(__file__).resolve().parents[1] / "problems" / "data"
+DATA = Path(__file__).resolve().parents[1] / "umpipe_bench" / "problems" / "data"
 
 
 def _problems() -> dict[str, Problem]:

@@ -40,7 +40,7 @@ from umpipe_bench.runtime.stats import bootstrap_median, paired_ratios  # noqa: 
 
 def stage_rig(problem_name: str, stage: int) -> tuple[StageRig, object, int]:
     """The profiler's rig of one stage of a profiled problem, its loss and B."""
-    from problems.models import get_model
+    from umpipe_bench.problems.models import get_model
 
     p = get_problem(problem_name)
     prov = p.provenance

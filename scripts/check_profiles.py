@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from problems.models import get_model  # noqa: E402
 from umpipe_bench.plan import balanced_split  # noqa: E402
 from umpipe_bench.problem import Problem  # noqa: E402
+from umpipe_bench.problems.models import get_model  # noqa: E402
 from umpipe_bench.profiler.profile import Grouping, LinkFigures, profile_model  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
@@ -76,7 +76,7 @@ def direct_once(
 def check(
     name: str, splits: list[int], repeats: int, fresh_repeats: int, clock: str
 ) -> list[dict[str, Any]]:
-    path = ROOT / "problems" / "data" / f"{name}.json"
+    path = ROOT / "umpipe_bench" / "problems" / "data" / f"{name}.json"
     problem = Problem.load(path)
     prov = problem.provenance
     spec = get_model(prov["model"])

@@ -37,7 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("fwd", "bwd", "rbwd", "ibwd", "wbwd")
-DEFAULT_FILES = ("problems/data/gpt1-14.json", "problems/data/vgg16.json")
+DEFAULT_FILES = ("umpipe_bench/problems/data/gpt1-14.json", "umpipe_bench/problems/data/vgg16.json")
 
 
 def balanced_counts(n_layers: int, chunks: int) -> list[int]:

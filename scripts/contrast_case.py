@@ -11,7 +11,7 @@ import argparse
 
 from umpipe_bench.bound import lower_bound
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.reference import best_edp
+from umpipe_bench.planners.evaluation.reference import best_edp
 from umpipe_bench.registry import get_planner
 from umpipe_bench.simnets import contrast_problem
 from umpipe_bench.simulator import simulate

@@ -15,9 +15,9 @@ import os
 import sys
 import time
 
-from umpipe_bench.planners.base import Budget
-from umpipe_bench.planners.greedy import greedy_dp_plan
-from umpipe_bench.planners.tidgap import TiDGAP
+from umpipe_bench.planners.algorithms.greedy import greedy_dp_plan
+from umpipe_bench.planners.algorithms.tidgap import TiDGAP
+from umpipe_bench.planners.search.base import Budget
 from umpipe_bench.synthetic import synthetic_problem
 
 

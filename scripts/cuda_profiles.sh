@@ -2,7 +2,7 @@
 # Capture gpt1-14 and vgg16 on CUDA at the paper's sizes (issues 3 and 14): one prepared run of
 # at most 8 minutes, by construction.
 #
-#   bash scripts/cuda_profiles.sh     # writes problems/data/gpt1-14-cuda.json, vgg16-cuda.json
+#   bash scripts/cuda_profiles.sh     # writes umpipe_bench/problems/data/gpt1-14-cuda.json, vgg16-cuda.json
 #
 # Timing uses CUDA events + synchronize (umpipe_bench/profiler/engine.py). On a GPU the real
 # shapes are affordable: GPT-1 at its own sequence length 512 (B = 32) and VGG16 at 224 px
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 # from the checkout with python3 (override with PYTHON=...).
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-OUT=problems/data
+OUT=umpipe_bench/problems/data
 mkdir -p "$OUT"
 PRE_S=20; GPT_S=210; VGG_S=210; POST_S=20
 (( PRE_S + GPT_S + VGG_S + POST_S < 480 )) || { echo "budgets exceed 8 minutes" >&2; exit 2; }
@@ -68,7 +68,7 @@ timeout "$POST_S" "$PY" - "$OUT/gpt1-14-cuda.json" "$OUT/vgg16-cuda.json" <<'PY'
 import json, sys
 import torch
 from umpipe_bench.problem import Problem
-from umpipe_bench.planners.reference import best_edp
+from umpipe_bench.planners.evaluation.reference import best_edp
 mem = torch.cuda.get_device_properties(0).total_memory
 for path in sys.argv[1:]:
     d = json.loads(open(path).read())

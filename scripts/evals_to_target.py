@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from umpipe_bench.planners.tidgap import TiDGAP
+from umpipe_bench.planners.algorithms.tidgap import TiDGAP
 from umpipe_bench.registry import get_problem
 
 

@@ -15,9 +15,9 @@ import json
 
 import numpy as np
 
-from umpipe_bench.planners.base import Budget
-from umpipe_bench.planners.loop import SearchLoop, Termination
-from umpipe_bench.planners.tidgap import TiDGAP
+from umpipe_bench.planners.algorithms.tidgap import TiDGAP
+from umpipe_bench.planners.search.base import Budget
+from umpipe_bench.planners.search.loop import SearchLoop, Termination
 from umpipe_bench.registry import get_problem
 
 

@@ -3,7 +3,7 @@
 
 Measures, interleaved round by round (A B A B; medians), on one machine at one moment:
 
-* the numba family evaluator (:class:`umpipe_bench.planners.family.FamilyEvaluator`) on a
+* the numba family evaluator (:class:`umpipe_bench.planners.evaluation.family.FamilyEvaluator`) on a
   population of P random plans with random caps, per plan;
 * the reference, one plan at a time: :func:`umpipe_bench.simulator.simulate` (the rule in
   Python, then the list simulation), on a sample of the same plans;
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from umpipe_bench.planners.encoding import random_bits
-from umpipe_bench.planners.evaluator import PopulationEvaluator, bits_to_plan
-from umpipe_bench.planners.family import FamilyEvaluator
+from umpipe_bench.planners.evaluation.encoding import random_bits
+from umpipe_bench.planners.evaluation.evaluator import PopulationEvaluator, bits_to_plan
+from umpipe_bench.planners.evaluation.family import FamilyEvaluator
 from umpipe_bench.simulator import simulate
 from umpipe_bench.synthetic import synthetic_problem
 
@@ -71,7 +71,7 @@ def evaluator_ratio(P: int, S: int, B: int, rounds: int, sample: int) -> list[st
 
 
 def scan_share(names: list[str], budget: str | None) -> list[str]:
-    from umpipe_bench.planners import reference
+    from umpipe_bench.planners.evaluation import reference
     from umpipe_bench.registry import get_planner, get_problem
 
     out = [f"EDP scans (gpipe + 1f1b, all M, fresh cache) vs one default TiDGAP run "

@@ -1,9 +1,9 @@
 """The family evaluator on 1 thread over 2 threads, and what TiDGAP's ``threads=auto`` picks.
 
 For each problem and population size ``N`` (recompute, random bits and caps): the median time
-of one :class:`umpipe_bench.planners.family.FamilyEvaluator` call on 1 thread over 2 threads
-(interleaved rounds, same load), the call's work ``N*S*B`` and the threads ``auto`` uses for
-it (:mod:`umpipe_bench.planners.threads`). Run on a quiet machine:
+of one :class:`umpipe_bench.planners.evaluation.family.FamilyEvaluator` call on 1 thread over 2
+threads (interleaved rounds, same load), the call's work ``N*S*B`` and the threads ``auto`` uses for
+it (:mod:`umpipe_bench.planners.search.threads`). Run on a quiet machine:
 
     python scripts/family_thread_ratio.py [--rounds 7]
 """
@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 
-from umpipe_bench.planners.caps import random_caps
-from umpipe_bench.planners.encoding import random_bits
-from umpipe_bench.planners.family import FamilyEvaluator
-from umpipe_bench.planners.threads import AUTO_WORK, apply_threads
+from umpipe_bench.planners.evaluation.encoding import random_bits
+from umpipe_bench.planners.evaluation.family import FamilyEvaluator
+from umpipe_bench.planners.search.caps import random_caps
+from umpipe_bench.planners.search.threads import AUTO_WORK, apply_threads
 from umpipe_bench.registry import get_problem
 
 

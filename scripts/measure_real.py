@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from umpipe_bench.plan import Plan  # noqa: E402
-from umpipe_bench.planners.reference import best_edp as reference_best_edp  # noqa: E402
+from umpipe_bench.planners.evaluation.reference import best_edp as reference_best_edp  # noqa: E402
 from umpipe_bench.problem import Problem  # noqa: E402
 from umpipe_bench.registry import get_planner, get_problem, planner_names  # noqa: E402
 from umpipe_bench.runtime.errors import StageFailure  # noqa: E402

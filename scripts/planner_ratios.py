@@ -1,8 +1,8 @@
 """DGAP vs TiDGAP speed ratios, measured interleaved (A B A B ...) in one run; medians.
 
 Population evaluation and one whole generation at P = 256 on a 14-stage, B = 64 synthetic
-problem (and ``gpt1-14`` when ``problems/data/gpt1-14.json`` exists), both memory modes.
-Goals: evaluation >= 100x faster than one individual at a time, a generation >= 20x
+problem (and ``gpt1-14`` when ``umpipe_bench/problems/data/gpt1-14.json`` exists), both memory
+modes. Goals: evaluation >= 100x faster than one individual at a time, a generation >= 20x
 faster than DGAP's. Speeds on this machine drift 2x minute to minute, so only ratios taken in
 one interleaved run mean anything.
 
@@ -20,16 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-from umpipe_bench.planners.dgap import DGAPEngine, Individual, make_toolbox
-from umpipe_bench.planners.evaluator import PopulationEvaluator, bits_to_plan
-from umpipe_bench.planners.ga import GA_DEFAULTS
-from umpipe_bench.planners.tidgap import TiDGAPEngine
+from umpipe_bench.planners.algorithms.dgap import DGAPEngine, Individual, make_toolbox
+from umpipe_bench.planners.algorithms.tidgap import TiDGAPEngine
+from umpipe_bench.planners.evaluation.evaluator import PopulationEvaluator, bits_to_plan
+from umpipe_bench.planners.search.ga import GA_DEFAULTS
 from umpipe_bench.problem import Problem
 from umpipe_bench.simulator import gpipe_recurrence
 from umpipe_bench.synthetic import synthetic_problem
 
 P = 256
-DATA = Path(__file__).resolve().parents[1] / "problems" / "data"
+DATA = Path(__file__).resolve().parents[1] / "umpipe_bench" / "problems" / "data"
 
 
 def _time(fn: Callable[[], object], reps: int = 1) -> float:

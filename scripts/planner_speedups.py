@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from umpipe_bench.planners.reference import best_edp
+from umpipe_bench.planners.evaluation.reference import best_edp
 from umpipe_bench.registry import get_planner, get_problem
 
 PAPER = {  # (vs GPipe, vs PipeDream) in %, UMPIPE TPDS 2025 abstract

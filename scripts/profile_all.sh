@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Capture every committed CPU problem file in problems/data/, one thread per stage.
+# Capture every committed CPU problem file in umpipe_bench/problems/data/, one thread per stage.
 #
 #   bash scripts/profile_all.sh            # all six, ~19 min on the shared 2-core machine
 #   bash scripts/profile_all.sh gpt1-mini-s2 vgg16-mini-s2    # just some of them
@@ -24,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
-OUT=problems/data
+OUT=umpipe_bench/problems/data
 mkdir -p "$OUT"
 
 run() {  # name, then profile arguments

@@ -2,8 +2,8 @@
 
 Runs a planner (default ``tidgap``) on each problem and memory mode for seeds 0..9 and writes
 one JSON line per run: T, wall time, evaluations and the history's ``(wall_time, best)`` pairs
-(typed :class:`umpipe_bench.planners.loop.History`, or the DEAP Logbook rows of older builds),
-so runs of two builds can be compared afterwards with ``--table``:
+(typed :class:`umpipe_bench.planners.search.loop.History`, or the DEAP Logbook rows of older
+builds), so runs of two builds can be compared afterwards with ``--table``:
 
     python scripts/quality_seeds.py --build A --out a.jsonl     # on build A
     python scripts/quality_seeds.py --build B --out b.jsonl     # on build B

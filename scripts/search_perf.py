@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from umpipe_bench.planners.encoding import random_bits
-from umpipe_bench.planners.evaluator import PopulationEvaluator
-from umpipe_bench.planners.objective import CutBitsObjective, FamilyObjective, Genomes
-from umpipe_bench.planners.tidgap import TiDGAP, TiDGAPEngine
+from umpipe_bench.planners.algorithms.tidgap import TiDGAP, TiDGAPEngine
+from umpipe_bench.planners.evaluation.encoding import random_bits
+from umpipe_bench.planners.evaluation.evaluator import PopulationEvaluator
+from umpipe_bench.planners.evaluation.objective import CutBitsObjective, FamilyObjective, Genomes
 from umpipe_bench.problem import Problem
 from umpipe_bench.registry import get_problem
 from umpipe_bench.synthetic import synthetic_problem
@@ -225,7 +225,7 @@ def section4() -> None:
 
 
 def section5() -> None:
-    from umpipe_bench.planners.greedy import greedy_dp_plan
+    from umpipe_bench.planners.algorithms.greedy import greedy_dp_plan
 
     big = synthetic_problem(64, 1024, 0, name="sim-s64-b1024-s0")
     print("## 5. greedy-dp seeding share of a default TiDGAP run, S = 64, B = 1024\n")

@@ -2,8 +2,8 @@
 """Predicted UEDP gain of candidate workloads (how vgg16-stem-s2 was chosen).
 
 For each problem file (or registered name): the best EDP(M) plan under ``gpipe`` and ``1f1b``
-in both memory modes (umpipe_bench/planners/reference.py), the best plan a planner finds in
-each mode, and the gain = (best of the four EDP times) / (best planner time). Also prints each
+in both memory modes (umpipe_bench/planners/evaluation/reference.py), the best plan a planner finds
+in each mode, and the gain = (best of the four EDP times) / (best planner time). Also prints each
 stage's cost per sample at every profiled size, the shape that decides the gain: a stage whose
 cost per sample grows with the microbatch wants small ones, a stage with a large cost per call
 wants few (docs/MODEL.md §1).
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from umpipe_bench.planners.reference import best_edp  # noqa: E402
+from umpipe_bench.planners.evaluation.reference import best_edp  # noqa: E402
 from umpipe_bench.problem import Problem  # noqa: E402
 from umpipe_bench.registry import get_planner, get_problem  # noqa: E402
 

@@ -129,6 +129,6 @@ def test_report_has_the_anytime_section_and_the_ecdf_plot(tmp_path):
     files = write_report(tmp_path / "leaderboard.csv", tmp_path / "rep")
     text = (tmp_path / "rep" / "report.md").read_text()
     assert "## Anytime statistics (COCO style)" in text and "### Fixed budget" in text
-    assert "the best known value (problems/best_known.json)" in text
+    assert "the best known value (umpipe_bench/problems/best_known.json)" in text
     assert "| gpipe " not in text.split("## Anytime statistics")[1]  # references left out
     assert tmp_path / "rep" / "ecdf.png" in files

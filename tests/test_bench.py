@@ -26,7 +26,7 @@ from umpipe_bench.bench import (
 )
 from umpipe_bench.bench.leaderboard import flatten_settings
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.base import Planner, PlanResult
+from umpipe_bench.planners.search.base import Planner, PlanResult
 from umpipe_bench.registry import get_problem
 from umpipe_bench.simulator import simulate
 

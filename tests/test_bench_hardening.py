@@ -28,7 +28,7 @@ def _tuned_file(path: Path, population: int) -> Path:
 
 
 def test_resume_key_follows_the_installed_tuned_settings(tmp_path, monkeypatch):
-    import umpipe_bench.planners.tuned as tuned
+    import umpipe_bench.planners.algorithms.tuned as tuned
 
     target = _tuned_file(tmp_path / "tuned-tidgap.json", 12)
     monkeypatch.setattr(tuned, "tuned_path", lambda base: target)

@@ -1,4 +1,4 @@
-"""problems/best_known.json: only plans that re-simulate to their value are recorded."""
+"""umpipe_bench/problems/best_known.json: only plans that re-simulate to their value are recorded."""
 
 from __future__ import annotations
 

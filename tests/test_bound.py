@@ -16,8 +16,8 @@ from umpipe_bench.bound import (
     stage_bound,
 )
 from umpipe_bench.plan import Plan, bits_to_sizes
-from umpipe_bench.planners.base import PlannerError
-from umpipe_bench.planners.reference import best_edp, edp_times
+from umpipe_bench.planners.evaluation.reference import best_edp, edp_times
+from umpipe_bench.planners.search.base import PlannerError
 from umpipe_bench.problem import Link
 from umpipe_bench.registry import get_planner, planner_names
 from umpipe_bench.schedules import Op, gpipe

@@ -1,4 +1,4 @@
-"""Budget strings and the search loop's termination (planners/base.py, planners/loop.py)."""
+"""Budget strings and the search loop's termination (planners/search/base.py, planners/search/loop.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from umpipe_bench.planners.base import Budget, PlannerError
-from umpipe_bench.planners.caps import extra_family_seeds
-from umpipe_bench.planners.loop import Termination
+from umpipe_bench.planners.search.base import Budget, PlannerError
+from umpipe_bench.planners.search.caps import extra_family_seeds
+from umpipe_bench.planners.search.loop import Termination
 from umpipe_bench.registry import get_planner
 from umpipe_bench.synthetic import synthetic_problem
 

@@ -237,7 +237,7 @@ def test_paths_helper_rejects_a_file_as_folder(tmp_path):
 
 
 def test_paths_helper_accepts_an_existing_file_to_overwrite(tmp_path):
-    """`profile --out problems/data/x.json` over the committed file must be allowed (it was
+    """`profile --out umpipe_bench/problems/data/x.json` over the committed file must be allowed (it was
     refused as "is not a folder": the check started from the file instead of its folder)."""
     from umpipe_bench.cli._paths import check_output_file
     from umpipe_bench.errors import UmpipeError

@@ -9,7 +9,7 @@ import pytest
 
 from umpipe_bench.cli import main
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.reference import edp_scan
+from umpipe_bench.planners.evaluation.reference import edp_scan
 from umpipe_bench.registry import get_problem, planner_names
 from umpipe_bench.schedules import build_schedule, schedule_of
 

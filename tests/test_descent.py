@@ -1,4 +1,4 @@
-"""Stage descent (planners/descent.py): coordinate descent over per-stage equal splits and
+"""Stage descent (planners/algorithms/descent.py): coordinate descent over per-stage equal splits and
 caps, TiDGAP's extra seed. What holds by construction: on one stage a sweep is an exhaustive
 scan of the equal splits; the result is never worse than its start and its T is the
 objective's T of the returned genome; the allowance bounds the evaluations; a budget whose
@@ -11,8 +11,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from umpipe_bench.planners.base import Budget
-from umpipe_bench.planners.descent import (
+from umpipe_bench.planners.algorithms.descent import (
     DENSE_COUNTS,
     DESCENT_SHARE,
     add_descent_seed,
@@ -21,10 +20,11 @@ from umpipe_bench.planners.descent import (
     stage_descent,
     sweep_cost,
 )
-from umpipe_bench.planners.encoding import edp_bits
-from umpipe_bench.planners.loop import SearchLoop, Termination
-from umpipe_bench.planners.objective import CutBitsObjective, FamilyObjective, Genomes
-from umpipe_bench.planners.tidgap import TiDGAP
+from umpipe_bench.planners.algorithms.tidgap import TiDGAP
+from umpipe_bench.planners.evaluation.encoding import edp_bits
+from umpipe_bench.planners.evaluation.objective import CutBitsObjective, FamilyObjective, Genomes
+from umpipe_bench.planners.search.base import Budget
+from umpipe_bench.planners.search.loop import SearchLoop, Termination
 from umpipe_bench.synthetic import synthetic_problem
 
 
@@ -107,7 +107,7 @@ def test_allowance_rule():
 def test_descent_seed_goes_first_only_when_faster():
     problem = synthetic_problem(5, 32, 2)
     obj = FamilyObjective(problem, "stash")
-    from umpipe_bench.planners.seeding import add_family_seeds, seed_plans
+    from umpipe_bench.planners.search.seeding import add_family_seeds, seed_plans
 
     seeds = seed_plans(problem, "stash", lambda f, b: obj.evaluate(Genomes(f, b)))
     seeds = add_family_seeds(problem, "stash", seeds, obj.evaluate)

@@ -11,13 +11,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-TOP = ("docs", "results", "scripts", "umpipe_bench", "problems", "tests", "baselines",
-       "benchmarks", ".ci")
+TOP = ("docs", "results", "scripts", "umpipe_bench", "tests", "benchmarks", ".ci")
 #: Work-history phrases. Another project's tracker (``pytorch/pytorch#126600``) does not match.
 NARRATIVE = re.compile(r"session ?[0-9]|issue ?#?[0-9]|\bthe lea[d]\b|tried[ ]patch|before[:]",
                        re.IGNORECASE)
-SCANNED = ("README.md", "docs", "umpipe_bench", "baselines", "problems", "scripts", "results",
-           "tests")
+SCANNED = ("README.md", "docs", "umpipe_bench", "scripts", "results", "tests")
 TEXT = {".md", ".py", ".txt", ".sh", ".toml", ".json", ".jsonl", ".csv", ".cfg", ".ini"}
 
 

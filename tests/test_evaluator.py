@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.evaluator import (
+from umpipe_bench.planners.evaluation.evaluator import (
     PopulationEvaluator,
     bits_to_plan,
     plan_to_bits,

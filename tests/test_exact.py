@@ -9,16 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from baselines.exact import pareto_minimal
+from umpipe_bench.baselines.exact import pareto_minimal
 from umpipe_bench.plan import Plan, bits_to_sizes
-from umpipe_bench.planners.base import PlannerError
-from umpipe_bench.planners.greedy import (
+from umpipe_bench.planners.algorithms.greedy import (
     greedy_dp_plan,
     local_greedy_plan,
     local_greedy_sizes,
     pareto_prefix_dp,
 )
-from umpipe_bench.planners.reference import best_edp, edp_times
+from umpipe_bench.planners.evaluation.reference import best_edp, edp_times
+from umpipe_bench.planners.search.base import PlannerError
 from umpipe_bench.registry import get_planner, planner_names
 from umpipe_bench.simulator import gpipe_recurrence, simulate
 from umpipe_bench.synthetic import synthetic_problem
@@ -222,7 +222,7 @@ def test_best_edp_matches_scans(mode):
 def test_compiled_prefix_dp_equals_the_reference(B, seed, with_link, coarse):
     """The compiled greedy-dp kernel keeps the same states in the same order (ties included:
     ``coarse`` rounds every figure so that ties are common)."""
-    from umpipe_bench.planners.greedy import prefix_dp_sizes
+    from umpipe_bench.planners.algorithms.greedy import prefix_dp_sizes
 
     rng = np.random.default_rng(seed)
     r = (lambda x: np.round(x * 4) / 4) if coarse else (lambda x: x)

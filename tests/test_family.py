@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from umpipe_bench import registry
 from umpipe_bench.memory import MemoryCapError, parse_size
 from umpipe_bench.plan import Plan, PlanError
-from umpipe_bench.planners import reference
-from umpipe_bench.planners.encoding import random_bits
-from umpipe_bench.planners.evaluator import bits_to_plan
-from umpipe_bench.planners.family import FamilyEvaluator
+from umpipe_bench.planners.evaluation import reference
+from umpipe_bench.planners.evaluation.encoding import random_bits
+from umpipe_bench.planners.evaluation.evaluator import bits_to_plan
+from umpipe_bench.planners.evaluation.family import FamilyEvaluator
 from umpipe_bench.schedules import build_schedule, capped_order, capped_order_escapes
 from umpipe_bench.simulator import simulate
 from umpipe_bench.synthetic import synthetic_problem

@@ -7,7 +7,7 @@ import pytest
 
 from umpipe_bench.memory import MemoryCapError
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.reference import best_edp, edp_scan
+from umpipe_bench.planners.evaluation.reference import best_edp, edp_scan
 from umpipe_bench.registry import get_planner, get_problem
 from umpipe_bench.simulator import simulate
 

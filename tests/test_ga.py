@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.base import PlannerError
-from umpipe_bench.planners.dgap import DGAP
-from umpipe_bench.planners.encoding import edp_bits, random_bits
-from umpipe_bench.planners.evaluator import bits_to_plan
-from umpipe_bench.planners.operators import list_shift
-from umpipe_bench.planners.reference import best_edp
-from umpipe_bench.planners.tidgap import TiDGAP
+from umpipe_bench.planners.algorithms.dgap import DGAP
+from umpipe_bench.planners.algorithms.tidgap import TiDGAP
+from umpipe_bench.planners.evaluation.encoding import edp_bits, random_bits
+from umpipe_bench.planners.evaluation.evaluator import bits_to_plan
+from umpipe_bench.planners.evaluation.reference import best_edp
+from umpipe_bench.planners.search.base import PlannerError
+from umpipe_bench.planners.search.operators import list_shift
 from umpipe_bench.simulator import gpipe_recurrence
 from umpipe_bench.synthetic import synthetic_problem
 

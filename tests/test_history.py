@@ -6,7 +6,7 @@ import numpy as np
 
 from umpipe_bench.bench.plots import convergence_curve
 from umpipe_bench.bench.runner import history_records
-from umpipe_bench.planners.loop import HISTORY_FIELDS
+from umpipe_bench.planners.search.loop import HISTORY_FIELDS
 from umpipe_bench.registry import get_planner
 from umpipe_bench.synthetic import synthetic_problem
 

@@ -1,4 +1,4 @@
-"""TiDGAP's islands (planners/tidgap.IslandEngine): independent populations raced by
+"""TiDGAP's islands (planners/algorithms/tidgap.IslandEngine): independent populations raced by
 successive halving. What holds by construction: the budget and history contract, one seed one
 result, the race keeps the better half of the islands at the documented budget fractions, and
 the result is the best any island found."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from umpipe_bench.planners.base import Budget, PlannerError
-from umpipe_bench.planners.loop import SearchLoop, Termination
-from umpipe_bench.planners.tidgap import ISLAND_FLOOR, IslandEngine, TiDGAP, TiDGAPEngine
+from umpipe_bench.planners.algorithms.tidgap import ISLAND_FLOOR, IslandEngine, TiDGAP, TiDGAPEngine
+from umpipe_bench.planners.search.base import Budget, PlannerError
+from umpipe_bench.planners.search.loop import SearchLoop, Termination
 from umpipe_bench.synthetic import synthetic_problem
 
 PROBLEM = synthetic_problem(4, 16, 0)
@@ -122,7 +122,7 @@ def test_a_stalled_last_island_retires_and_the_best_stopped_one_resumes():
 
 
 def test_revive_setting():
-    from umpipe_bench.planners.tidgap import REVIVE_AUTO
+    from umpipe_bench.planners.algorithms.tidgap import REVIVE_AUTO
 
     assert TiDGAP().config["revive"] == "auto" and REVIVE_AUTO == {"stash": 0.15,
                                                                      "recompute": 0.0}

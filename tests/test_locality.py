@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from umpipe_bench import registry
 from umpipe_bench.bound import lower_bound
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.encoding import random_bits
-from umpipe_bench.planners.evaluator import PopulationEvaluator, bits_to_plan
-from umpipe_bench.planners.family import FamilyEvaluator
+from umpipe_bench.planners.evaluation.encoding import random_bits
+from umpipe_bench.planners.evaluation.evaluator import PopulationEvaluator, bits_to_plan
+from umpipe_bench.planners.evaluation.family import FamilyEvaluator
 from umpipe_bench.problem import Problem, ProblemError
 from umpipe_bench.simulator import gpipe_recurrence, simulate
 from umpipe_bench.synthetic import synthetic_problem
@@ -213,7 +213,7 @@ def test_bad_factor_is_exit_code_2(tmp_path, capsys):
 
 
 def test_local_greedy_charges_far_backwards_below_B():
-    from umpipe_bench.planners.greedy import local_greedy_plan
+    from umpipe_bench.planners.algorithms.greedy import local_greedy_plan
 
     linear = make_problem(fwd=[[1.0, 2.0, 3.0, 4.0]], bwd=[[1.0, 2.0, 3.0, 4.0]])
     assert local_greedy_plan(linear).fwd == ((1, 1, 1, 1),)  # a tie per sample: smallest m

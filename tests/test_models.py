@@ -6,11 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from problems.models import get_model  # noqa: E402
-from problems.models.gpt1 import GPT1_CONFIG, DecoderBlock, Embedding, LMHead  # noqa: E402
-from problems.models.known import RepeatedMatmul  # noqa: E402
-from problems.models.vgg16 import VGG16_CONFIG, ConvLayer, FCLayer  # noqa: E402
 from umpipe_bench.errors import UserInputError  # noqa: E402
+from umpipe_bench.problems.models import get_model  # noqa: E402
+from umpipe_bench.problems.models.gpt1 import GPT1_CONFIG, DecoderBlock, Embedding, LMHead  # noqa: E402
+from umpipe_bench.problems.models.known import RepeatedMatmul  # noqa: E402
+from umpipe_bench.problems.models.vgg16 import VGG16_CONFIG, ConvLayer, FCLayer  # noqa: E402
 
 SMALL_GPT = {"seq": 8, "vocab": 50, "d_model": 32, "heads": 4, "mlp": 48}
 SMALL_VGG = {"image": 32, "width": 4, "fc": 24, "classes": 7}

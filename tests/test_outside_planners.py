@@ -1,4 +1,4 @@
-"""The outside optimizers (baselines/outside.py) pass the planner contract suite.
+"""The outside optimizers (umpipe_bench/baselines/outside.py) pass the planner contract suite.
 
 The contract suite parametrizes over the *installed* entry points; these planners are run
 through its own test functions here too, so they are checked before a reinstall."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from baselines import outside
 from tests import test_planners_contract as contract
-from umpipe_bench.planners.base import PlannerError
+from umpipe_bench.baselines import outside
+from umpipe_bench.planners.search.base import PlannerError
 from umpipe_bench.registry import planner_names, register_planner
 from umpipe_bench.synthetic import synthetic_problem
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from umpipe_bench.planners.base import PlannerError, PlanResult
+from umpipe_bench.planners.search.base import PlannerError, PlanResult
 from umpipe_bench.registry import get_planner, planner_names
 from umpipe_bench.simulator import simulate
 from umpipe_bench.synthetic import synthetic_problem
@@ -94,7 +94,7 @@ def test_never_worse_than_its_start(name, problem_name, mode):
 
 @pytest.mark.parametrize("name,problem_name,mode", CASES)
 def test_evaluations_within_budget(name, problem_name, mode):
-    from umpipe_bench.planners.base import Budget
+    from umpipe_bench.planners.search.base import Budget
 
     res = run(name, problem_name, mode)
     cap = Budget.parse(BUDGET_OVERRIDES.get(name, BUDGET)).evaluations
@@ -106,7 +106,7 @@ def test_history_schema(name, problem_name, mode):
     """Every planner returns the typed history: records of (generation, evaluations, wall
     time, best T), generations and evaluations non-decreasing, best non-increasing, the last
     record at the result's evaluations and T (for the loop's planners)."""
-    from umpipe_bench.planners.loop import HISTORY_FIELDS, History
+    from umpipe_bench.planners.search.loop import HISTORY_FIELDS, History
 
     res = run(name, problem_name, mode)
     h = res.history

@@ -73,7 +73,7 @@ def test_far_factor_is_the_clamped_median_ratio():
 
 @pytest.mark.parametrize("stage", [0, 1])
 def test_far_and_near_orders_do_the_same_work(stage):
-    from problems.models import get_model
+    from umpipe_bench.problems.models import get_model
 
     spec = get_model("tiny-known")
     layers = spec.build(dict(CONFIG), torch.float64, 0)

@@ -9,10 +9,12 @@ import sys
 PURE = [
     "umpipe_bench", "umpipe_bench.problem", "umpipe_bench.plan", "umpipe_bench.schedules",
     "umpipe_bench.simulator", "umpipe_bench.synthetic", "umpipe_bench.registry",
-    "umpipe_bench.trace", "umpipe_bench.planners.dgap", "umpipe_bench.planners.tidgap",
-    "umpipe_bench.planners.evaluator", "umpipe_bench.cli", "umpipe_bench.layout",
-    "umpipe_bench.devsim", "umpipe_bench.torch_schedules", "umpipe_bench.torch_schedules.best", "problems", "baselines.edp",
-    "baselines.greedy", "baselines.exact", "baselines.random_search",
+    "umpipe_bench.trace", "umpipe_bench.planners", "umpipe_bench.planners.algorithms.dgap",
+    "umpipe_bench.planners.algorithms.tidgap", "umpipe_bench.planners.evaluation.evaluator",
+    "umpipe_bench.cli", "umpipe_bench.layout", "umpipe_bench.devsim",
+    "umpipe_bench.torch_schedules", "umpipe_bench.torch_schedules.best", "umpipe_bench.problems",
+    "umpipe_bench.baselines.edp", "umpipe_bench.baselines.greedy", "umpipe_bench.baselines.exact",
+    "umpipe_bench.baselines.random_search",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Random plans' cut bits (umpipe_bench/planners/encoding.random_bits and its compiled
+"""Random plans' cut bits (umpipe_bench/planners/evaluation/encoding.random_bits and its compiled
 generator): shapes, reproducibility, and the per-row probability, known by construction."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from umpipe_bench.planners._random_kernels import bernoulli_rows
-from umpipe_bench.planners.encoding import random_bits
+from umpipe_bench.planners.evaluation._random_kernels import bernoulli_rows
+from umpipe_bench.planners.evaluation.encoding import random_bits
 
 
 @pytest.mark.parametrize("W", [1, 2, 7, 64, 1023])

@@ -13,7 +13,7 @@ from umpipe_bench.bench.report import PAPER, best_rows, load_leaderboard, paper_
 from umpipe_bench.cli import main
 from umpipe_bench.errors import UmpipeError
 from umpipe_bench.plan import Plan
-from umpipe_bench.planners.base import Planner, PlanResult
+from umpipe_bench.planners.search.base import Planner, PlanResult
 from umpipe_bench.simulator import gpipe_recurrence
 
 

@@ -1,4 +1,4 @@
-"""TiDGAP's restarts (planners/tidgap.RestartEngine): the budget split into rounds, each a
+"""TiDGAP's restarts (planners/algorithms/tidgap.RestartEngine): the budget split into rounds, each a
 fresh run from its own random stream. What holds by construction: each round is exactly the
 run it would be alone (same stream, same budget, the seed plans given instead of re-made), the
 seed plans are evaluated once, the budget and history contract hold, and the result is the
@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from umpipe_bench.planners.base import Budget, PlannerError
-from umpipe_bench.planners.loop import SearchLoop, Termination
-from umpipe_bench.planners.tidgap import RestartEngine, TiDGAP, TiDGAPEngine
+from umpipe_bench.planners.algorithms.tidgap import RestartEngine, TiDGAP, TiDGAPEngine
+from umpipe_bench.planners.search.base import Budget, PlannerError
+from umpipe_bench.planners.search.loop import SearchLoop, Termination
 from umpipe_bench.synthetic import synthetic_problem
 
 PROBLEM = synthetic_problem(4, 16, 0)

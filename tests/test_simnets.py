@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from umpipe_bench.cli import main
-from umpipe_bench.planners.reference import best_edp
+from umpipe_bench.planners.evaluation.reference import best_edp
 from umpipe_bench.problem import ProblemError
 from umpipe_bench.registry import get_planner, get_problem, problem_names
 from umpipe_bench.simnames import LIMITS, family_name, parse_sim_name

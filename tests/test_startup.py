@@ -57,9 +57,10 @@ def test_second_process_compiles_no_kernel(tmp_path):
     code = (
         "import json\n"
         "import numpy as np\n"
-        "from umpipe_bench.planners import _family_kernels, _kernels, _random_kernels, _variation\n"
-        "from umpipe_bench.planners.encoding import random_bits\n"
-        "from umpipe_bench.planners.tidgap import TiDGAP\n"
+        "from umpipe_bench.planners.evaluation import _family_kernels, _kernels, _random_kernels\n"
+        "from umpipe_bench.planners.search import _variation\n"
+        "from umpipe_bench.planners.evaluation.encoding import random_bits\n"
+        "from umpipe_bench.planners.algorithms.tidgap import TiDGAP\n"
         "from umpipe_bench.synthetic import synthetic_problem\n"
         "for schedule in ('family', 'gpipe'):\n"
         "    TiDGAP(population=8, schedule=schedule).plan(synthetic_problem(3, 6, 0),"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from umpipe_bench.planners.base import PlannerError
-from umpipe_bench.planners.caps import random_caps
-from umpipe_bench.planners.encoding import random_bits
-from umpipe_bench.planners.evaluator import run_row_blocks
-from umpipe_bench.planners.family import FamilyEvaluator
-from umpipe_bench.planners.threads import AUTO_WORK, apply_threads, parse_threads
-from umpipe_bench.planners.tidgap import TiDGAP
+from umpipe_bench.planners.algorithms.tidgap import TiDGAP
+from umpipe_bench.planners.evaluation.encoding import random_bits
+from umpipe_bench.planners.evaluation.evaluator import run_row_blocks
+from umpipe_bench.planners.evaluation.family import FamilyEvaluator
+from umpipe_bench.planners.search.base import PlannerError
+from umpipe_bench.planners.search.caps import random_caps
+from umpipe_bench.planners.search.threads import AUTO_WORK, apply_threads, parse_threads
 from umpipe_bench.synthetic import synthetic_problem
 
 PROBLEM = synthetic_problem(4, 12, 3)

@@ -6,8 +6,7 @@ import itertools
 
 import pytest
 
-from umpipe_bench.planners.base import Budget, PlannerError
-from umpipe_bench.planners.tidgap import (
+from umpipe_bench.planners.algorithms.tidgap import (
     BUDGET_CAP,
     BUDGET_PER_BIT,
     BUDGET_WORK,
@@ -18,6 +17,7 @@ from umpipe_bench.planners.tidgap import (
     auto_restarts,
     default_evaluations,
 )
+from umpipe_bench.planners.search.base import Budget, PlannerError
 from umpipe_bench.synthetic import synthetic_problem
 
 SMALL = synthetic_problem(4, 12, 3)
@@ -99,7 +99,7 @@ def test_plan_json_records_the_budget_the_planner_used(monkeypatch, capsys):
     import json
 
     from umpipe_bench.cli import main
-    from umpipe_bench.planners.base import Planner
+    from umpipe_bench.planners.search.base import Planner
 
     assert Planner.budget_for(TiDGAP(), SMALL) == TiDGAP.default_budget  # the base hook
     monkeypatch.setattr(TiDGAP, "budget_for", lambda self, problem: "evals:700")

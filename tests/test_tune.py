@@ -16,8 +16,8 @@ from umpipe_bench.bench.tune import (
     storage_label,
 )
 from umpipe_bench.cli import main
-from umpipe_bench.planners import tuned as tuned_mod
-from umpipe_bench.planners.base import PlannerError
+from umpipe_bench.planners.algorithms import tuned as tuned_mod
+from umpipe_bench.planners.search.base import PlannerError
 from umpipe_bench.registry import get_planner, get_problem
 
 SPEC = TuneSpec(planner="tidgap", train=("sim-s4-b16-s1",), heldout=("sim-s4-b16-s0",),

@@ -1,4 +1,4 @@
-"""TiDGAP's compiled variation (planners/_variation.py): the operators' invariants, known by
+"""TiDGAP's compiled variation (planners/search/_variation.py): the operators' invariants, known by
 construction (docs/MODEL.md §2 encoding), and the lean generation (no plan decoding per
 generation)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from umpipe_bench.planners import _variation as V
-from umpipe_bench.planners.tidgap import TiDGAP, TiDGAPEngine
+from umpipe_bench.planners.algorithms.tidgap import TiDGAP, TiDGAPEngine
+from umpipe_bench.planners.search import _variation as V
 from umpipe_bench.synthetic import synthetic_problem
 
 
@@ -143,12 +143,12 @@ def test_equal_times_rank_larger_caps_first():
 
 def test_no_plan_is_decoded_per_generation(monkeypatch):
     """Lean generations: the search never builds a Plan inside the loop (only the result)."""
-    import umpipe_bench.planners.encoding as enc
+    import umpipe_bench.planners.evaluation.encoding as enc
 
     calls = []
     real = enc.bits_to_plan
     monkeypatch.setattr(enc, "bits_to_plan", lambda *a: calls.append(1) or real(*a))
-    import umpipe_bench.planners.objective as obj
+    import umpipe_bench.planners.evaluation.objective as obj
 
     monkeypatch.setattr(obj, "bits_to_plan", enc.bits_to_plan)
     res = TiDGAP(population=16).plan(synthetic_problem(4, 16, 0), budget="gens:30", seed=0)
@@ -263,7 +263,7 @@ def test_prefix_draws_keep_the_random_stream(mode, family):
     """Drawing a prefix and advancing the generator past the rest is the same stream as
     drawing everything: the same populations generation by generation, also when every
     prefix is too short, and through local and restart generations (``patience``)."""
-    from umpipe_bench.planners.objective import CutBitsObjective, FamilyObjective
+    from umpipe_bench.planners.evaluation.objective import CutBitsObjective, FamilyObjective
 
     pr = synthetic_problem(5, 12, 1)
     settings = dict(TiDGAP(patience=2).config)

@@ -16,7 +16,7 @@ into a black-box function in the manner of COCO's and pymoo's problems:
   (:class:`BudgetExhausted`, nothing of the batch is evaluated), so ``evaluations <= budget``
   holds by construction, and a history of the best so far (evaluations, wall time, best) is
   kept for the anytime statistics (:mod:`umpipe_bench.bench.anytime`).
-* :attr:`best_known` is the value in ``problems/best_known.json``
+* :attr:`best_known` is the value in ``umpipe_bench/problems/best_known.json``
   (:mod:`umpipe_bench.bench.best_known`); :attr:`lower_bound` is the proven lower bound on T
   of any plan (docs/SIMNETS.md, :mod:`umpipe_bench.bound`).
 """
@@ -106,7 +106,7 @@ class GenomeSpace:
 
     def to_plan(self, x: np.ndarray) -> tuple[Plan, str]:
         """``(plan, schedule)`` of one genome: ``gpipe`` when every cap is ``B``."""
-        from .planners.evaluator import bits_to_plan
+        from .planners.evaluation.evaluator import bits_to_plan
 
         f, b, caps = self.split(x)
         plan = bits_to_plan(f[0], b[0], self.mode)
@@ -116,7 +116,7 @@ class GenomeSpace:
 
     def from_plan(self, plan: Plan) -> np.ndarray:
         """The genome of a plan (its caps, in the capped family)."""
-        from .planners.evaluator import plan_to_bits
+        from .planners.evaluation.evaluator import plan_to_bits
 
         f, b = plan_to_bits(plan)
         return self.join(f, b, plan.effective_caps() if self.n_caps else None)
@@ -141,7 +141,7 @@ class PipelineObjective:
             raise UmpipeError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
         if budget is not None and budget < 1:
             raise UmpipeError(f"budget must be a positive number of evaluations, got {budget}")
-        from .planners.family import FamilyEvaluator
+        from .planners.evaluation.family import FamilyEvaluator
 
         self.problem, self.mode, self.family, self.budget = problem, mode, family, budget
         self.space = GenomeSpace(problem.S, problem.B, mode, family)
@@ -192,14 +192,14 @@ class PipelineObjective:
 
     def edp_genome(self, M: int) -> np.ndarray:
         """The genome of EDP(M) (every stage ``M`` balanced microbatches, uncapped)."""
-        from .planners.encoding import edp_bits
+        from .planners.evaluation.encoding import edp_bits
 
         return self.space.join(edp_bits(self.problem.S, self.problem.B, M))
 
     def start_genome(self) -> np.ndarray:
         """The best EDP(M) genome over ``M = 1..B`` (a counted scan of ``B`` evaluations):
         where the outside planners start, so none ends worse than GPipe-EDP."""
-        from .planners.encoding import edp_bits
+        from .planners.evaluation.encoding import edp_bits
 
         S, B = self.problem.S, self.problem.B
         X = np.stack([self.space.join(edp_bits(S, B, M)) for M in range(1, B + 1)])
@@ -229,7 +229,7 @@ class PipelineObjective:
 
     def decode(self, genomes: np.ndarray, i: int = 0) -> Plan:
         """The plan of genome ``i`` of a batch (with its caps in the capped family): what the
-        search loop (:mod:`umpipe_bench.planners.loop`) asks of an objective."""
+        search loop (:mod:`umpipe_bench.planners.search.loop`) asks of an objective."""
         return self.space.to_plan(np.asarray(genomes).reshape(-1, self.space.dimension)[i])[0]
 
     def best_plan(self) -> tuple[Plan, str]:

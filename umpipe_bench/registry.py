@@ -4,7 +4,8 @@
   ``name -> zero-argument callable returning a Problem``;
 * group ``umpipe_bench.planners``: each entry is a planner class, keyed by the entry's name.
 
-The core never imports ``baselines/`` or ``problems/``: they plug in here, as third-party
+The core never imports ``umpipe_bench.baselines`` or ``umpipe_bench.problems``: they plug in
+here, as third-party
 planners and problem sets can. Lookups are case-insensitive. A provider's mapping may also
 resolve names it does not list (open names such as ``sim-s5-b10-s3``, docs/SIMNETS.md): it then
 has a ``resolve(name)`` method returning a loader or None, and a ``patterns`` tuple. An unknown

@@ -5,9 +5,9 @@ leaderboard row with its saved history, :mod:`.runner`) is a step curve of the b
 time found so far (docs/MODEL.md §4) against evaluations and against wall time.
 
 * **Targets** per (problem, mode, memory cap): ``f_ref × (1 + ε)`` for ε in :data:`EPSILONS`;
-  ``f_ref`` is the best known value (``problems/best_known.json``, :mod:`.best_known`) when it
-  exists for that problem and mode, else the best T of any row of the same group in the
-  leaderboard (the table says which).
+  ``f_ref`` is the best known value (``umpipe_bench/problems/best_known.json``,
+  :mod:`.best_known`) when it exists for that problem and mode, else the best T of any row of
+  the same group in the leaderboard (the table says which).
 * **ECDF** (fixed target, COCO's runtime distribution): for a planner, the fraction of its
   (run, target) pairs whose best-so-far has reached the target within ``x`` evaluations (or
   seconds), over every problem and seed it ran.
@@ -369,8 +369,9 @@ def anytime_section(df: pd.DataFrame, lb_dir: str | Path, out: str | Path | None
         "",
         f"{len(runs)} runs over {len(refs)} (problem, mode, memory cap) groups, up to "
         f"{seeds} seeds; the GPipe/1F1B references are left out. Reference f_ref per group: "
-        f"the best known value (problems/best_known.json) of the schedule family the group's "
-        f"plans belong to (`gpipe` when every plan runs under GPipe, else `capped`) for "
+        f"the best known value (umpipe_bench/problems/best_known.json) of the schedule family "
+        f"the group's plans belong to (`gpipe` when every plan runs under GPipe, else `capped`) "
+        f"for "
         f"{n_bk} groups, the best T in this leaderboard for {len(refs) - n_bk} (groups under "
         "a memory cap, or where a run beat the file). "
         "Targets f_ref × (1 + ε), ε ∈ {10, 5, 2, 1, 0.5, 0.1} %. Gap = T / f_ref − 1 of "

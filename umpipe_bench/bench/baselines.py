@@ -3,7 +3,7 @@
 For one problem and memory mode, the best EDP(M) plan that fits the problem's memory caps, over
 all ``M in 1..B``, under the gpipe schedule and under 1f1b (docs/MODEL.md §2,
 docs/SCHEDULES.md), as GPipe and PipeDream-flush would run it with the best microbatch
-count: :func:`umpipe_bench.planners.reference.best_edp`, the one the planners
+count: :func:`umpipe_bench.planners.evaluation.reference.best_edp`, the one the planners
 and the ``plan`` CLI use.
 
 Results are cached per (problem, mode) in memory and in a JSON file beside the leaderboard,
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..planners.reference import best_edp as reference_best_edp
+from ..planners.evaluation.reference import best_edp as reference_best_edp
 from ..problem import SPLIT_KINDS, Problem, atomic_write_text
 
 __all__ = ["BaselineCache", "EdpBaseline", "TorchBaseline", "best_edp", "best_torch",

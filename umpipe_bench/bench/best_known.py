@@ -1,10 +1,10 @@
 """Best known values: the best iteration time anyone has found, per problem, mode and family.
 
-``problems/best_known.json`` holds one entry per (registered problem, memory mode, schedule
-family) with the value (seconds, docs/MODEL.md §4), the plan file that achieves it (kept
-beside it in ``problems/best_known/``), the planner that found it, the date and the problem's
-digest. Regret and COCO-style targets (:mod:`.anytime`) are measured against it, as pymoo's
-problems know their optimum.
+``umpipe_bench/problems/best_known.json`` holds one entry per (registered problem, memory mode,
+schedule family) with the value (seconds, docs/MODEL.md §4), the plan file that achieves it (kept
+beside it in ``umpipe_bench/problems/best_known/``), the planner that found it, the date and the
+problem's digest. Regret and COCO-style targets (:mod:`.anytime`) are measured against it, as
+pymoo's problems know their optimum.
 
 Schedule families (docs/SCHEDULES.md §1): ``gpipe`` accepts plans run under the GPipe
 schedule only (cut bits, no caps); ``capped`` is the whole family from GPipe to 1F1B (plans
@@ -50,10 +50,10 @@ class BestKnownError(UmpipeError):
 
 
 def default_path() -> Path:
-    """``problems/best_known.json`` of the installed ``problems`` package."""
-    spec = find_spec("problems")
+    """``best_known.json`` of the installed ``umpipe_bench.problems`` package."""
+    spec = find_spec("umpipe_bench.problems")
     if spec is None or spec.origin is None:
-        raise BestKnownError("the 'problems' package is not installed; pass --file")
+        raise BestKnownError("the 'umpipe_bench.problems' package is not installed; pass --file")
     return Path(spec.origin).parent / "best_known.json"
 
 

@@ -51,7 +51,7 @@ from pydantic import (
 
 from ..errors import UmpipeError
 from ..plan import MODES
-from ..planners.base import Budget, PlannerError
+from ..planners.search.base import Budget, PlannerError
 from .memcap import NO_CAP, check_memory_cap
 
 __all__ = [

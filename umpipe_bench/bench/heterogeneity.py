@@ -3,7 +3,7 @@
 For every family of :mod:`umpipe_bench.simnets` (and the mix, plus its decorrelated variant),
 every heterogeneity ``h`` of a grid, every (S, B), memory mode and seed: the best planner's
 iteration time against the best GPipe-EDP and the best 1F1B-EDP
-(:func:`umpipe_bench.planners.reference.best_edp`), and its gap to the proven lower bound
+(:func:`umpipe_bench.planners.evaluation.reference.best_edp`), and its gap to the proven lower bound
 (:mod:`umpipe_bench.bound`). At ``h = 0`` every family is the same network of identical stages,
 so it is computed once (family ``any``) and shared by every family's curve.
 
@@ -102,7 +102,7 @@ def study_points(stages: Sequence[int], batches: Sequence[int], modes: Sequence[
 def _evaluate(point: Point, planner: str, budget: str) -> dict[str, Any]:
     """One row: the planner, both EDP references and the bound on one network."""
     from ..bound import lower_bound
-    from ..planners.reference import best_edp
+    from ..planners.evaluation.reference import best_edp
     from ..registry import get_planner, get_problem
 
     row: dict[str, Any] = {**asdict(point), "h": f"{point.h:g}", "problem": point.problem_name(),

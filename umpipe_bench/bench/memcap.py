@@ -47,7 +47,7 @@ def check_memory_cap(spec: str) -> str:
 
 def gpipe_stash_peaks(problem: Problem) -> np.ndarray:
     """Per-stage peak bytes of the best GPipe-EDP plan in stash mode, uncapped."""
-    from ..planners.reference import best_edp, edp_scan
+    from ..planners.evaluation.reference import best_edp, edp_scan
 
     M, _ = best_edp(problem, "stash", "gpipe", float("inf"))
     return np.array(edp_scan(problem, "stash", "gpipe", float("inf")).peaks[M - 1])

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError
-from ..planners.reference import clear_cache
+from ..planners.evaluation.reference import clear_cache
 from ..problem import Problem, atomic_write_text
 from ..runtime.lifetime import child_setup
 from .baselines import BaselineCache, problem_digest

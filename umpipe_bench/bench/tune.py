@@ -14,7 +14,7 @@ budget) and refuses to continue with different ones.
 
 :func:`finish` evaluates the defaults and the best settings on the held-out cells (same seeds,
 same budget) and writes both into the settings file that the ``tidgap-tuned`` planner loads
-(:mod:`umpipe_bench.planners.tuned`).
+(:mod:`umpipe_bench.planners.algorithms.tuned`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import UmpipeError
-from ..planners.base import Budget
-from ..planners.tuned import TUNED_SCHEMA
+from ..planners.algorithms.tuned import TUNED_SCHEMA
+from ..planners.search.base import Budget
 from ..problem import atomic_write_text
 from .baselines import BaselineCache
 from .config import planner_class

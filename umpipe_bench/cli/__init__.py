@@ -90,7 +90,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     ``ValueError`` reaching here is a bug and keeps its traceback.
     """
     from ..errors import UmpipeError
-    from ..planners.base import PlannerError
+    from ..planners.search.base import PlannerError
     from ..simulator import SimulationError
 
     return (UmpipeError, PlannerError, SimulationError)

@@ -1,4 +1,4 @@
-"""``umpipe-bench best-known``: show, check and update problems/best_known.json."""
+"""``umpipe-bench best-known``: show, check and update umpipe_bench/problems/best_known.json."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "best-known",
         help="show, check or update the best known value of every problem, mode and family",
         description="The best known iteration time per (problem, mode, schedule family), in "
-        "problems/best_known.json with the plan that achieves it. 'update' re-simulates every "
-        "plan of a leaderboard and records those that reproduce their value and beat the "
-        "entry in place; it refuses (and lists) any it cannot reproduce. 'check' re-simulates "
-        "every entry (exit 1 if one does not reproduce).",
+        "umpipe_bench/problems/best_known.json with the plan that achieves it. 'update' "
+        "re-simulates every plan of a leaderboard and records those that reproduce their value and "
+        "beat the entry in place; it refuses (and lists) any it cannot reproduce. 'check' "
+        "re-simulates every entry (exit 1 if one does not reproduce).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("action", choices=("show", "check", "update"))
     p.add_argument("--from", dest="source", default="results/leaderboard.csv", metavar="CSV",
                    help="update: the leaderboard whose plans are candidates")
     p.add_argument("--file", default=None, metavar="JSON",
-                   help="the best-known file (default: problems/best_known.json)")
+                   help="the best-known file (default: umpipe_bench/problems/best_known.json)")
     p.set_defaults(func=run)
 
 

@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _baseline(problem: Any, mode: str, schedule: str) -> tuple[int | None, float | None]:
     """Best EDP(M) that fits under ``schedule``; (None, None) when no M fits."""
     from ..memory import MemoryCapError
-    from ..planners.reference import best_edp
+    from ..planners.evaluation.reference import best_edp
 
     try:
         return best_edp(problem, mode, schedule)

@@ -10,8 +10,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "problems",
         help="list registered problems (name, S, B, source, device)",
-        description="List every registered problem: committed profiles (problems/data) and the "
-        "synthetic simulation networks.",
+        description="List every registered problem: committed profiles "
+        "(umpipe_bench/problems/data) and the synthetic simulation networks.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")

@@ -31,15 +31,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "profile",
         help="measure a torch model layer by layer into a problem file (docs/MODEL.md §1)",
-        description="Profile MODEL (see problems/models: gpt1, gpt1-mini, vgg16, vgg16-mini, "
-        "tiny-known, ...) at mini-batch B: per stage forward, backward, recompute+backward and "
-        "optimizer step on the sizes 1, 2, 4, ..., B (warm-up, then interleaved round-robin "
-        "rounds; medians and max/min noise), memory figures, boundary bytes, and a link "
-        "calibrated by a gloo ping-pong between two local processes. Stages: one layer each "
-        "(default), --layers-per-stage, or --stages S balanced by measured time. "
-        "--split-backward also measures the split backward of zero-bubble schedules "
-        "(docs/MODEL.md §1c); --split-backward-into FILE adds only those tables to an existing "
-        "profiled problem file.",
+        description="Profile MODEL (see umpipe_bench/problems/models: gpt1, gpt1-mini, vgg16, "
+        "vgg16-mini, tiny-known, ...) at mini-batch B: per stage forward, backward, "
+        "recompute+backward and optimizer step on the sizes 1, 2, 4, ..., B (warm-up, then "
+        "interleaved round-robin rounds; medians and max/min noise), memory figures, boundary "
+        "bytes, and a link calibrated by a gloo ping-pong between two local processes. Stages: one "
+        "layer each (default), --layers-per-stage, or --stages S balanced by measured time. "
+        "--split-backward also measures the split backward of zero-bubble schedules (docs/MODEL.md "
+        "§1c); --split-backward-into FILE adds only those tables to an existing profiled problem "
+        "file.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("model", metavar="MODEL", nargs="?", help="model name")

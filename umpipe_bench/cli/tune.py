@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..bench.tune import TuneSpec, finish, open_study, run_study, summary_markdown
-    from ..planners.tuned import tuned_path
+    from ..planners.algorithms.tuned import tuned_path
     from ..problem import atomic_write_text
     from ._lookup import problem as get_problem
     from ._paths import check_output_file, writing

@@ -23,7 +23,7 @@ def _loop(model: str, config: dict[str, Any], dtype: str, seed: int, m: int,
     import torch
     from torch import nn
 
-    from problems.models import get_model
+    from umpipe_bench.problems.models import get_model
 
     torch.set_num_threads(1)
     tdtype = getattr(torch, dtype)

@@ -124,7 +124,8 @@ def profile_model(
     locality: bool = True,
     split_backward: bool = False,
 ) -> Problem:
-    """Profile ``model`` (a name from :func:`problems.models.get_model`) at mini-batch ``B``.
+    """Profile ``model`` (a name from :func:`umpipe_bench.problems.models.get_model`) at mini-batch
+    ``B``.
 
     Runs, in order, the steps of a :class:`Profiler`: the grouping (maybe a per-layer probe),
     the link calibration unless ``link`` gives the figures, the timed rounds over all cells
@@ -198,7 +199,7 @@ class Profiler:
     # ------------------------------------------------------------------ steps
     def load(self) -> None:
         """Build the model's layers and one seeded batch on the device."""
-        from problems.models import get_model
+        from umpipe_bench.problems.models import get_model
 
         self.spec = get_model(self.model)
         tdtype = _DTYPES[self.dtype]

@@ -28,7 +28,7 @@ def reference_gradients(
     seed: int = 0,
 ) -> tuple[float, list[dict[str, torch.Tensor]]]:
     """``(loss, per-stage {parameter name: gradient})`` of one full-batch iteration."""
-    from problems.models import get_model
+    from umpipe_bench.problems.models import get_model
 
     spec = get_model(model)
     dt = parse_dtype(dtype)

@@ -48,7 +48,7 @@ def build_stages(
     seed: int,
 ) -> list[nn.Sequential]:
     """All stages as ``nn.Sequential`` modules (the full model is built once, then grouped)."""
-    from problems.models import get_model
+    from umpipe_bench.problems.models import get_model
 
     layers = get_model(model).build(dict(config), dtype, seed)
     groups = normalize_layers_per_stage(layers_per_stage, len(layers))

@@ -114,7 +114,7 @@ def _fault(rank: int) -> None:
 def run_rank(spec: TorchMultiSpec, rank: int, world: int) -> dict[str, Any] | None:
     """Build every entry on this rank, run warm-up then timed rounds; rank 0 returns (and
     writes ``result.json``) the results."""
-    from problems.models import get_model
+    from umpipe_bench.problems.models import get_model
 
     if world != spec.D:
         raise ValueError(f"launched with WORLD_SIZE={world} but the spec has D={spec.D} ranks")

@@ -186,7 +186,7 @@ def run_worker(spec: RunSpec, rank: int, world: int) -> dict[str, Any] | None:
         dist.init_process_group(spec.backend, timeout=timedelta(seconds=spec.timeout_s))
     _trace(rank, "process group ready")
     _check_same_spec(spec, rank, world, device)
-    from problems.models import get_model
+    from umpipe_bench.problems.models import get_model
 
     model = get_model(spec.model)
     dtype = parse_dtype(spec.dtype)

@@ -1,0 +1,136 @@
+"""``optuna-tpe``: what a user would pick instead of a GA (docs/MODEL.md §2 encoding).
+
+Optuna's TPE sampler (seeded) over the GA's own encoding: one ``{0, 1}`` parameter per cut bit
+(``f{s}_{i}``, and ``b{s}_{i}`` in recompute mode). The ``counts`` encoding (setting
+``encoding=counts``) instead gives each stage and direction a microbatch count ``K`` in 1..B
+with a balanced split, ``S`` or ``2S`` integer parameters: a much smaller space TPE handles
+better, but one that cannot express every plan. With ``seed_edp`` (default) the best EDP(M)
+plan under gpipe (a scan of B evaluations) is enqueued as the first trial, so the result is
+never worse than GPipe; the first trial is the starting point. Optuna's own ask/tell is
+driven by the shared search loop (:mod:`umpipe_bench.planners.search.loop`): one trial per ask.
+
+TPE's cost grows with trials x parameters (~0.1 s per trial at 60 bits, ~0.6 s at 900 bits
+on one core), so give it a ``secs:`` budget on large problems. ``gens:N`` means N trials after
+the EDP scan. CMA-ES is not offered: optuna's ``CmaEsSampler`` needs the ``cmaes`` package, which is
+not a dependency of this project. Optuna's logging is silenced during the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from umpipe_bench.planners.evaluation.encoding import edp_bits, edp_row
+from umpipe_bench.planners.evaluation.objective import Genomes, Objective
+from umpipe_bench.planners.search.base import Budget, PlannerError
+from umpipe_bench.planners.search.loop import Evaluate, SearchAlgorithm, SearchPlanner
+from umpipe_bench.problem import Problem
+
+__all__ = ["OptunaTPE", "TPEAlgorithm"]
+
+
+class TPEAlgorithm(SearchAlgorithm):
+    """One Optuna study as an ask/tell algorithm (one trial per ask)."""
+
+    def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
+                 seed: int | None) -> None:
+        import optuna
+
+        self.optuna = optuna
+        self.S, self.B, self.mode = problem.S, problem.B, mode
+        self.s = settings
+        self.dirs = ("f",) if mode == "stash" else ("f", "b")
+        sampler = optuna.samplers.TPESampler(seed=seed,
+                                             n_startup_trials=settings["n_startup_trials"])
+        verbosity = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            self.study = optuna.create_study(direction="minimize", sampler=sampler)
+        finally:
+            optuna.logging.set_verbosity(verbosity)
+        self._trial: Any = None
+        self._best: Genomes | None = None
+
+    def _decode(self, trial: Any) -> Genomes:
+        S, B = self.S, self.B
+        chrom = {}
+        for d in self.dirs:
+            arr = np.zeros((1, S, B - 1), dtype=np.uint8)
+            for st in range(S):
+                if self.s["encoding"] == "bits":
+                    for i in range(B - 1):
+                        arr[0, st, i] = trial.suggest_int(f"{d}{st}_{i}", 0, 1)
+                else:
+                    arr[0, st] = edp_row(B, trial.suggest_int(f"{d}{st}", 1, B))
+            chrom[d] = arr
+        return Genomes(chrom["f"], chrom.get("b", chrom["f"]))
+
+    def setup(self, evaluate: Evaluate) -> None:
+        if not self.s["seed_edp"]:
+            return
+        S, B = self.S, self.B
+        edp = np.stack([edp_bits(S, B, M) for M in range(1, B + 1)])
+        T = evaluate(Genomes(edp, edp))
+        M = int(np.argmin(T)) + 1
+        self.start_time = self.best_time = float(T[M - 1])
+        self._best = Genomes(edp[M - 1:M].copy(), edp[M - 1:M].copy())
+        if self.s["encoding"] == "bits":
+            row = edp_row(B, M)
+            first = {f"{d}{st}_{i}": int(row[i])
+                     for d in self.dirs for st in range(S) for i in range(B - 1)}
+        else:
+            first = {f"{d}{st}": M for d in self.dirs for st in range(S)}
+        self.study.enqueue_trial(first)
+
+    def ask_size(self) -> int:
+        return 1
+
+    def ask(self) -> Genomes:
+        self._trial = self.study.ask()
+        return self._decode(self._trial)
+
+    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+        T = float(times[0])
+        verbosity = self.optuna.logging.get_verbosity()
+        self.optuna.logging.set_verbosity(self.optuna.logging.WARNING)
+        try:
+            self.study.tell(self._trial, T)
+        finally:
+            self.optuna.logging.set_verbosity(verbosity)
+        if self.start_time == float("inf"):
+            self.start_time = T
+        if T < self.best_time:
+            self.best_time, self._best = T, genomes.copy()
+
+    def best(self) -> tuple[Genomes, float]:
+        if self._best is None:
+            raise PlannerError("planner 'optuna-tpe': the budget allowed no trial")
+        return self._best, self.best_time
+
+
+class OptunaTPE(SearchPlanner):
+    """Optuna TPE over cut bits (or per-stage counts). Settings: encoding, seed_edp,
+    n_startup_trials, backend."""
+
+    name = "optuna-tpe"
+    default_budget = "evals:2000,secs:120"
+    defaults = {"encoding": "bits", "seed_edp": True, "n_startup_trials": 10, "backend": "auto"}
+
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        if settings["encoding"] not in ("bits", "counts"):
+            raise PlannerError(
+                f"planner {self.name!r}: encoding must be 'bits' or 'counts', got "
+                f"{settings['encoding']!r}")
+        return settings
+
+    def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
+                       budget: Budget, seed: int | None, objective: Objective
+                       ) -> SearchAlgorithm:
+        if settings["seed_edp"] and budget.evaluations is not None and (
+                budget.evaluations <= problem.B):
+            raise PlannerError(
+                f"planner {self.name!r}: budget evals:{budget.evaluations} is used up by the "
+                f"EDP scan (B={problem.B}); use at least evals:{problem.B + 1}, or --set "
+                "seed_edp=false")
+        return TPEAlgorithm(problem, mode, settings, seed)

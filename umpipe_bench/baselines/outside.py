@@ -1,0 +1,377 @@
+"""Outside optimizers as planners: Optuna CMA-ES and GA, nevergrad, pymoo (``[optimizers]``).
+
+Each library's own ask/tell runs inside the project's one search loop
+(:class:`umpipe_bench.planners.search.loop.SearchLoop`, which owns the budget, the evaluation count
+and the typed history) on :class:`umpipe_bench.api.PipelineObjective`, the public objective
+any researcher gets (README "Bring your own optimizer"): a flat integer genome (cut bits,
+docs/MODEL.md §2; in the ``capped`` family also in-flight caps, docs/SCHEDULES.md) evaluated
+in batches by the family evaluator (MODEL.md §4). Every planner first evaluates EDP(M) for
+``M = 1..B`` (``B`` counted evaluations) and starts its search from the best one, so it is
+never worse than GPipe-EDP; that plan is its starting point.
+
+Budgets: ``evals:N`` caps evaluations (including the scan); ``gens:N`` means N batches of
+``popsize`` genomes; ``secs:X`` stops between batches. A plan that does not fit memory scores
+``inf``; the libraries are told a large finite penalty instead.
+
+| planner | library | search |
+|---|---|---|
+| ``optuna-cmaes`` | optuna ``CmaEsSampler`` (``cmaes``, with margin for integers) | CMA-ES |
+| ``cmaes`` | the ``cmaes`` package's ``CMAwM`` directly (the same search, ~100x cheaper) | CMA-ES |
+| ``optuna-ga`` | optuna ``NSGAIISampler`` (one objective: a GA, uniform crossover) | GA |
+| ``nevergrad-ngopt`` | nevergrad ``NGOpt`` (picks an algorithm from dimension and budget) | any |
+| ``nevergrad-discrete11`` | nevergrad ``DiscreteOnePlusOne`` | (1+1), discrete mutation |
+| ``pymoo-ga`` | pymoo ``GA``, two-point crossover, bit-flip mutation (binary genome) | GA |
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import numpy as np
+
+from umpipe_bench.api import PipelineObjective
+from umpipe_bench.planners.search.base import Budget, PlannerError, PlanResult
+from umpipe_bench.planners.search.loop import (
+    SearchAlgorithm,
+    SearchLoop,
+    SearchPlanner,
+    Termination,
+)
+from umpipe_bench.problem import Problem
+
+__all__ = ["CMAES", "NevergradDiscreteOnePlusOne", "NevergradNGOpt", "OptunaCMAES", "OptunaGA",
+           "OutsidePlanner", "PymooGA"]
+
+#: Told to a library instead of ``inf`` (a plan that does not fit memory): times the start.
+PENALTY = 1e3
+
+COMMON = {"family": "gpipe", "popsize": 32}
+
+
+class LibraryAlgorithm(SearchAlgorithm):
+    """The loop's view of a library: setup scans EDP(M); ask/tell go to :meth:`_ask` and
+    :meth:`_tell` (flat genomes ``[n, D]``, finite values)."""
+
+    def __init__(self, obj: PipelineObjective, settings: dict[str, Any], seed: int | None,
+                 budget: int | None) -> None:
+        self.obj, self.s, self.seed, self.budget = obj, settings, seed, budget
+        self.popsize = int(settings["popsize"])
+        self._best: tuple[np.ndarray, float] | None = None
+
+    def _note(self, X: np.ndarray, T: np.ndarray) -> np.ndarray:
+        i = int(np.argmin(T))
+        if self._best is None or T[i] < self._best[1]:
+            self._best = (np.array(X[i:i + 1]), float(T[i]))
+            self.best_time = float(T[i])
+        return np.where(np.isfinite(T), T, PENALTY * self.start_time)
+
+    def setup(self, evaluate: Any) -> None:
+        from umpipe_bench.planners.evaluation.encoding import edp_bits
+
+        S, B = self.obj.problem.S, self.obj.problem.B
+        X = np.stack([self.obj.space.join(edp_bits(S, B, M)) for M in range(1, B + 1)])
+        T = evaluate(X)
+        self.start_time = float(np.min(T))
+        self._note(X, T)
+        self.x0 = X[int(np.argmin(T))]
+        self._start()
+
+    def ask_size(self) -> int:
+        return self.popsize
+
+    def ask(self) -> np.ndarray:
+        return np.asarray(self._ask(), dtype=np.int64).reshape(-1, self.obj.space.dimension)
+
+    def tell(self, genomes: np.ndarray, times: np.ndarray) -> None:
+        self._tell(genomes, self._note(genomes, times))
+
+    def best(self) -> tuple[np.ndarray, float]:
+        assert self._best is not None
+        return self._best
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _ask(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _tell(self, X: np.ndarray, values: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+@contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """Optuna's log at ERROR during a run (it warns per parameter otherwise)."""
+    try:
+        import optuna
+    except ImportError:
+        yield
+        return
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+class OutsidePlanner(SearchPlanner):
+    """Common part: settings, the objective, the EDP start, the loop, the result."""
+
+    default_budget: ClassVar[str] = "evals:2000,secs:120"
+    defaults: ClassVar[dict[str, Any]] = dict(COMMON)
+    library: ClassVar[str] = ""
+    algorithm: ClassVar[type[LibraryAlgorithm]] = LibraryAlgorithm
+    min_popsize: ClassVar[int] = 2
+
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        if settings["family"] not in ("gpipe", "capped"):
+            raise PlannerError(f"planner {self.name!r}: family must be 'gpipe' or 'capped', "
+                               f"got {settings['family']!r}")
+        if settings["popsize"] < self.min_popsize:
+            raise PlannerError(f"planner {self.name!r}: popsize must be >= {self.min_popsize}")
+        return settings
+
+    def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
+              progress: bool) -> PlanResult:
+        from umpipe_bench.simulator import simulate
+
+        s = dict(self.config)
+        try:
+            __import__(self.library)
+        except ImportError:
+            raise PlannerError(f"planner {self.name!r} refuses to run without {self.library}: "
+                               "pip install -e '.[optimizers]'") from None
+        if budget.evaluations is not None and budget.evaluations < problem.B + s["popsize"]:
+            raise PlannerError(
+                f"planner {self.name!r}: budget evals:{budget.evaluations} leaves no batch "
+                f"after the EDP scan it starts with (B = {problem.B} evaluations, then "
+                f"{s['popsize']} per batch)")
+        objective = PipelineObjective(problem, mode, s["family"])
+        algo = self.algorithm(objective, s, seed, budget.evaluations)
+        loop = SearchLoop(objective, Termination(budget, self.name), progress, self.name)
+        with warnings.catch_warnings(), _quiet_optuna():  # e.g. experimental with_margin
+            warnings.simplefilter("ignore")
+            loop.run(algo)
+        genome, _ = algo.best()
+        plan, schedule = objective.space.to_plan(genome[0])
+        return PlanResult(planner=self.name, plan=plan,
+                          iteration_time=float(simulate(problem, plan, schedule).iteration_time),
+                          schedule=schedule, evaluations=loop.evaluations,
+                          start_time=algo.start_time, history=loop.history, settings=s)
+
+
+# ----------------------------------------------------------------------------- optuna
+
+class _OptunaAlgorithm(LibraryAlgorithm):
+    def sampler(self) -> Any:
+        raise NotImplementedError
+
+    def _start(self) -> None:
+        import optuna
+        from optuna.distributions import IntDistribution
+
+        lo, hi = self.obj.space.lower, self.obj.space.upper
+        self.names = [f"x{i}" for i in range(self.obj.space.dimension)]
+        self.study = optuna.create_study(direction="minimize", sampler=self.sampler())
+        # the best EDP plan, already evaluated, as a finished trial: it tells the sampler the
+        # search space before its first batch (else the first batch is sampled at random)
+        self.study.add_trial(optuna.trial.create_trial(
+            params={n: int(v) for n, v in zip(self.names, self.x0)},
+            distributions={n: IntDistribution(int(a), int(b))
+                           for n, a, b in zip(self.names, lo, hi)},
+            value=self.start_time))
+        self.trials: list[Any] = []
+
+    def _ask(self) -> np.ndarray:
+        lo, hi = self.obj.space.lower, self.obj.space.upper
+        self.trials = [self.study.ask() for _ in range(self.popsize)]
+        return np.array([[t.suggest_int(n, int(a), int(b))
+                          for n, a, b in zip(self.names, lo, hi)] for t in self.trials])
+
+    def _tell(self, X: np.ndarray, values: np.ndarray) -> None:
+        for t, v in zip(self.trials, values):
+            self.study.tell(t, float(v))
+
+
+class _CMAES(_OptunaAlgorithm):
+    def sampler(self) -> Any:
+        import optuna
+
+        return optuna.samplers.CmaEsSampler(
+            x0={f"x{i}": int(v) for i, v in enumerate(self.x0)}, sigma0=self.s["sigma0"],
+            seed=self.seed, n_startup_trials=0, popsize=self.popsize, with_margin=True)
+
+
+class _NSGA2(_OptunaAlgorithm):
+    def sampler(self) -> Any:
+        import optuna
+
+        return optuna.samplers.NSGAIISampler(population_size=self.popsize, seed=self.seed,
+                                             crossover_prob=self.s["crossover_prob"])
+
+
+class OptunaCMAES(OutsidePlanner):
+    """Optuna's CMA-ES sampler (the ``cmaes`` package) over the integer genome, with margin."""
+
+    name = "optuna-cmaes"
+    library = "cmaes"
+    defaults = {**COMMON, "popsize": 16, "sigma0": 0.3}
+    algorithm = _CMAES
+
+
+class OptunaGA(OutsidePlanner):
+    """Optuna's NSGA-II sampler on one objective: a GA with uniform crossover."""
+
+    name = "optuna-ga"
+    library = "optuna"
+    defaults = {**COMMON, "crossover_prob": 0.9}
+    algorithm = _NSGA2
+
+
+class _CMAwM(LibraryAlgorithm):
+    """The ``cmaes`` package's CMA-ES with margin (integer genes), driven directly."""
+
+    def _start(self) -> None:
+        from cmaes import CMAwM
+
+        sp = self.obj.space
+        bounds = np.stack([sp.lower, sp.upper], axis=1).astype(float)
+        # a bit at 0 or 1 sits on its bound; the mean starts a quarter step inside
+        mean = np.clip(self.x0.astype(float), bounds[:, 0] + 0.25, bounds[:, 1] - 0.25)
+        self.opt = CMAwM(mean=mean, sigma=self.s["sigma0"], bounds=bounds,
+                         steps=np.ones(sp.dimension), seed=self.seed,
+                         population_size=self.popsize, n_max_resampling=1)  # then clipped
+
+    def _ask(self) -> np.ndarray:
+        pairs = [self.opt.ask() for _ in range(self.opt.population_size)]
+        self.tells = [t for _, t in pairs]
+        return np.rint([e for e, _ in pairs])
+
+    def _tell(self, X: np.ndarray, values: np.ndarray) -> None:
+        self.opt.tell(list(zip(self.tells, values.tolist())))
+
+
+class CMAES(OutsidePlanner):
+    """CMA-ES with margin from the ``cmaes`` package (what Optuna's sampler runs), driven
+    directly: the same search without Optuna's per-trial bookkeeping."""
+
+    name = "cmaes"
+    library = "cmaes"
+    defaults = {**COMMON, "popsize": 16, "sigma0": 0.3}
+    algorithm = _CMAwM
+
+
+# -------------------------------------------------------------------------- nevergrad
+
+class _NevergradAlgorithm(LibraryAlgorithm):
+    optimizer = ""
+
+    def _start(self) -> None:
+        import nevergrad as ng
+
+        sp = self.obj.space
+        # bits as deterministic choices (nevergrad's discrete optimizers mutate those; an
+        # integer-cast array barely moves), caps as ordered choices in 1..B
+        bits = ng.p.Choice([0, 1], repetitions=sp.n_bits, deterministic=True)
+        param = (ng.p.Tuple(bits, ng.p.TransitionChoice(list(range(1, sp.B + 1)),
+                                                        repetitions=sp.n_caps))
+                 if sp.n_caps else ng.p.Tuple(bits))
+        param.value = (tuple(int(v) for v in self.x0[:sp.n_bits]),
+                       *([tuple(int(v) for v in self.x0[sp.n_bits:])] if sp.n_caps else []))
+        param.random_state = np.random.RandomState(self.seed)
+        budget = self.budget - sp.B if self.budget is not None else 10 ** 6
+        self.opt = ng.optimizers.registry[self.optimizer](
+            parametrization=param, budget=max(budget, 1), num_workers=1)
+
+    def _ask(self) -> np.ndarray:
+        self.cands = [self.opt.ask() for _ in range(self.popsize)]
+        return np.array([np.concatenate([np.asarray(v, np.int64) for v in c.value])
+                         for c in self.cands])
+
+    def _tell(self, X: np.ndarray, values: np.ndarray) -> None:
+        for c, v in zip(self.cands, values):
+            self.opt.tell(c, float(v))
+
+
+class _NGOpt(_NevergradAlgorithm):
+    optimizer = "NGOpt"
+
+
+class _Discrete11(_NevergradAlgorithm):
+    optimizer = "DiscreteOnePlusOne"
+
+
+class NevergradNGOpt(OutsidePlanner):
+    """nevergrad's NGOpt: its own choice of algorithm for this dimension and budget."""
+
+    name = "nevergrad-ngopt"
+    library = "nevergrad"
+    defaults = {**COMMON, "popsize": 1}  # one candidate per batch: gens:N = N evaluations
+    min_popsize = 1
+    algorithm = _NGOpt
+
+
+class NevergradDiscreteOnePlusOne(OutsidePlanner):
+    """nevergrad's DiscreteOnePlusOne: a (1+1) evolution strategy with discrete mutations."""
+
+    name = "nevergrad-discrete11"
+    library = "nevergrad"
+    defaults = {**COMMON, "popsize": 1}
+    min_popsize = 1
+    algorithm = _Discrete11
+
+
+# ------------------------------------------------------------------------------ pymoo
+
+class _PymooGA(LibraryAlgorithm):
+    def _start(self) -> None:
+        from pymoo.algorithms.soo.nonconvex.ga import GA
+        from pymoo.core.problem import Problem as PymooProblem
+        from pymoo.operators.crossover.pntx import TwoPointCrossover
+        from pymoo.operators.mutation.bitflip import BitflipMutation
+
+        from umpipe_bench.planners.evaluation.encoding import random_bits
+
+        S, B, P = self.obj.problem.S, self.obj.problem.B, self.popsize
+        rng = np.random.default_rng(self.seed)
+        rest = [random_bits(rng, P - 1, S, B).reshape(P - 1, -1)]
+        if self.obj.mode == "recompute":
+            rest.append(random_bits(rng, P - 1, S, B).reshape(P - 1, -1))
+        X0 = np.vstack([self.x0[None], np.hstack(rest)]).astype(bool)
+        self.problem = PymooProblem(n_var=self.obj.space.dimension, n_obj=1, xl=0, xu=1,
+                                    vtype=bool)
+        self.algo = GA(pop_size=P, sampling=X0, crossover=TwoPointCrossover(),
+                       mutation=BitflipMutation(), eliminate_duplicates=True)
+        self.algo.setup(self.problem, seed=self.seed, termination=("n_gen", 10 ** 9))
+
+    def _ask(self) -> np.ndarray:
+        self.pop = self.algo.ask()
+        return self.pop.get("X").astype(np.int64)
+
+    def _tell(self, X: np.ndarray, values: np.ndarray) -> None:
+        from pymoo.core.evaluator import Evaluator
+        from pymoo.problems.static import StaticProblem
+
+        Evaluator().eval(StaticProblem(self.problem, F=values[:, None]), self.pop)
+        self.algo.tell(infills=self.pop)
+
+
+class PymooGA(OutsidePlanner):
+    """pymoo's GA with binary operators: two-point crossover, bit-flip mutation; the initial
+    population is the best EDP plus random plans (per chromosome a microbatch count
+    log-uniform in 1..B, as the project's GAs draw them). Binary genome: gpipe family only."""
+
+    name = "pymoo-ga"
+    library = "pymoo"
+    algorithm = _PymooGA
+
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        settings = super().check_settings(settings)
+        if settings["family"] != "gpipe":
+            raise PlannerError(f"planner {self.name!r}: its binary operators need family "
+                               "'gpipe' (cut bits only)")
+        return settings

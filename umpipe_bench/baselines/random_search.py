@@ -1,0 +1,90 @@
+"""``random-search``: the floor any GA must beat (docs/MODEL.md §2 encoding, §4 evaluation).
+
+Draws random plans from the same distribution as the GAs' random individuals
+(:func:`umpipe_bench.planners.evaluation.encoding.random_bits`: per chromosome a microbatch count
+log-uniform in [1, B]) and keeps the best, with the same budget as a GA. It is seeded with
+nothing (no EDP, no greedy plan): its starting point is its first random plan. It is an
+ask/tell algorithm on the shared search loop (:mod:`umpipe_bench.planners.search.loop`): each ask is
+one batch of random plans, evaluated by the population evaluator (bit-identical to the
+reference).
+
+``gens:N`` means N batches after the first (``batch`` setting, default 128 = one GA
+population).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from umpipe_bench.planners.evaluation.encoding import random_bits
+from umpipe_bench.planners.evaluation.objective import Genomes, Objective
+from umpipe_bench.planners.search.base import Budget, PlannerError
+from umpipe_bench.planners.search.loop import Evaluate, SearchAlgorithm, SearchPlanner
+from umpipe_bench.problem import Problem
+
+__all__ = ["RandomSearch", "RandomSearchAlgorithm"]
+
+
+class RandomSearchAlgorithm(SearchAlgorithm):
+    """Best of random batches; the loop's evaluation budget caps the last batch."""
+
+    def __init__(self, problem: Problem, mode: str, batch: int, budget: Budget,
+                 seed: int | None) -> None:
+        self.S, self.B, self.mode = problem.S, problem.B, mode
+        self.batch = batch
+        self.cap = budget.evaluations
+        self.rng = np.random.default_rng(seed)
+        self.done = 0
+        self._best: Genomes | None = None
+
+    def _draw(self, n: int) -> Genomes:
+        f = random_bits(self.rng, n, self.S, self.B)
+        b = random_bits(self.rng, n, self.S, self.B) if self.mode == "recompute" else f
+        return Genomes(f, b)
+
+    def _keep(self, g: Genomes, times: np.ndarray) -> None:
+        self.done += len(g)
+        i = int(np.argmin(times))
+        if times[i] < self.best_time:
+            self.best_time = float(times[i])
+            self._best = g.row(i).copy()
+
+    def setup(self, evaluate: Evaluate) -> None:
+        g = self._draw(self.ask_size())
+        t = evaluate(g)
+        self.start_time = float(t[0])
+        self._keep(g, t)
+
+    def ask_size(self) -> int:
+        n = self.batch if self.cap is None else min(self.batch, self.cap - self.done)
+        return max(n, 1)
+
+    def ask(self) -> Genomes:
+        return self._draw(self.ask_size())
+
+    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+        self._keep(genomes, times)
+
+    def best(self) -> tuple[Genomes, float]:
+        assert self._best is not None
+        return self._best, self.best_time
+
+
+class RandomSearch(SearchPlanner):
+    """Best of N random plans (settings: ``batch``, ``backend``)."""
+
+    name = "random-search"
+    default_budget = "evals:200000"
+    defaults = {"batch": 128, "backend": "auto"}
+
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        if settings["batch"] < 1:
+            raise PlannerError(f"planner {self.name!r}: batch must be >= 1")
+        return settings
+
+    def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
+                       budget: Budget, seed: int | None, objective: Objective
+                       ) -> SearchAlgorithm:
+        return RandomSearchAlgorithm(problem, mode, int(settings["batch"]), budget, seed)

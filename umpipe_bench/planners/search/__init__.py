@@ -1,0 +1,5 @@
+"""Search: the planner interface (:mod:`.base`), the one ask/tell loop and its typed history,
+settings, the seeded initial population, cap genes and the GA's variation operators.
+
+It imports from :mod:`..evaluation`; from :mod:`..algorithms` only the greedy plans that seed
+every GA (:mod:`.seeding`; tests/test_imports.py)."""

@@ -1,0 +1,265 @@
+"""The one search loop: ask/tell algorithms, a termination object, the count and the history.
+
+In the manner of pymoo's ``Algorithm`` (``setup``/``has_next``/``next`` with ``Termination``
+objects) and Optuna's ask/tell: a search planner supplies a :class:`SearchAlgorithm` (its
+initial population in :meth:`~SearchAlgorithm.setup`, then :meth:`~SearchAlgorithm.ask` for a
+batch of genomes and :meth:`~SearchAlgorithm.tell` their times) and :class:`SearchLoop` does
+the rest, the same way for every planner:
+
+* it owns the objective (:mod:`..evaluation.objective`): every evaluation goes through
+  :meth:`SearchLoop.evaluate`, which counts it and refuses one past an evaluation budget, so
+  ``evaluations <= budget`` holds by construction;
+* it owns the budget as a :class:`Termination` (evaluations, generations, seconds; the first
+  reached stops). A generation runs only if its worst case (:meth:`~SearchAlgorithm.ask_size`)
+  still fits the evaluation budget;
+* it keeps one typed :class:`History`: one :class:`Record` (generation, evaluations so far,
+  wall time, best T so far) after the setup and after every tell. Plots and the leaderboard
+  read these four fields (docs/ARCHITECTURE.md, "Search planners");
+* it draws the progress bar (tqdm, imported only when asked for) at most a few times a second.
+
+The objects here know nothing about plans or bits: a genome is whatever the objective
+evaluates (docs/MODEL.md §2's cut bits today).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...plan import Plan
+from ...problem import Problem
+from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
+from .base import Budget, Planner, PlannerError, PlanResult
+from .history import HISTORY_FIELDS, History, Record
+
+__all__ = [
+    "HISTORY_FIELDS",
+    "History",
+    "Record",
+    "SearchAlgorithm",
+    "SearchLoop",
+    "SearchPlanner",
+    "Termination",
+]
+
+
+Evaluate = Callable[[Genomes], np.ndarray]
+
+
+class Termination:
+    """A budget as a stopping rule: evaluations, generations, seconds (first reached stops)."""
+
+    def __init__(self, budget: Budget, planner: str = "planner") -> None:
+        if budget.evaluations is None and budget.generations is None and budget.seconds is None:
+            raise PlannerError(
+                f"planner {planner!r} needs a finite budget: evals:N, gens:N or secs:X")
+        self.budget = budget
+
+    def reached(self, evaluations: int, generations: int, elapsed: float,
+                next_cost: int) -> bool:
+        """True when no further generation of ``next_cost`` evaluations may run."""
+        b = self.budget
+        if b.generations is not None and generations >= b.generations:
+            return True
+        if b.evaluations is not None and evaluations + next_cost > b.evaluations:
+            return True
+        return b.seconds is not None and elapsed >= b.seconds
+
+
+class SearchAlgorithm:
+    """An ask/tell search (subclasses implement the five hooks; :class:`SearchLoop` drives).
+
+    ``best_time`` (best T so far) and ``start_time`` (best T of the initial population: the
+    planner's starting point) are kept by the subclass.
+    """
+
+    best_time: float = float("inf")
+    start_time: float = float("inf")
+
+    def setup(self, evaluate: Evaluate) -> None:
+        """Build the initial population; ``evaluate`` is the loop's counted objective."""
+        raise NotImplementedError
+
+    def ask_size(self) -> int:
+        """The most genomes the next :meth:`ask` may return (budget check)."""
+        raise NotImplementedError
+
+    def ask(self) -> Genomes:
+        raise NotImplementedError
+
+    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def best(self) -> tuple[Genomes, float]:
+        """The best genome so far (a batch of one) and its T."""
+        raise NotImplementedError
+
+    # Stand-alone driving (benchmarks): the same hooks, no budget or history.
+    def initialize(self, evaluate: Evaluate | None = None) -> None:
+        self._standalone = evaluate or self._objective_evaluate()
+        self.setup(self._standalone)
+
+    def step(self) -> None:
+        g = self.ask()
+        self.tell(g, self._standalone(g) if len(g) else np.zeros(0))
+
+    def _objective_evaluate(self) -> Evaluate:
+        objective = getattr(self, "objective", None)
+        if objective is None:
+            raise TypeError(f"{type(self).__name__} has no objective to evaluate with")
+        return objective.evaluate
+
+
+class SearchLoop:
+    """Drives one :class:`SearchAlgorithm` under a :class:`Termination` (module docstring)."""
+
+    #: Seconds between progress-bar refreshes.
+    PROGRESS_EVERY: ClassVar[float] = 0.25
+
+    def __init__(self, objective: Objective, termination: Termination,
+                 progress: bool = False, desc: str = "search") -> None:
+        self.objective = objective
+        self.termination = termination
+        self.progress, self.desc = progress, desc
+        self.evaluations = 0
+        self.generation = 0
+        self.history = History()
+        self._t0 = time.perf_counter()
+
+    def evaluate(self, genomes: Genomes) -> np.ndarray:
+        """T of every genome in the batch; counted against the budget."""
+        n = len(genomes)
+        cap = self.termination.budget.evaluations
+        if cap is not None and self.evaluations + n > cap:
+            raise RuntimeError(
+                f"search loop: {n} more evaluations would exceed the budget evals:{cap} "
+                f"({self.evaluations} done); the algorithm's ask_size is wrong")
+        if n == 0:
+            return np.zeros(0)
+        self.evaluations += n
+        return np.asarray(self.objective.evaluate(genomes), dtype=np.float64)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def _record(self, algo: SearchAlgorithm) -> None:
+        self.history.append(self.generation, self.evaluations, self.elapsed(), algo.best_time)
+
+    def run(self, algo: SearchAlgorithm) -> None:
+        """Setup, then ask/evaluate/tell until the termination is reached."""
+        self._t0 = time.perf_counter()
+        algo.setup(self.evaluate)
+        self._record(algo)
+        bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=self.termination.budget.generations, desc=self.desc, unit="gen",
+                       leave=False)
+        shown, last = 0, time.perf_counter()
+        try:
+            while not self.termination.reached(self.evaluations, self.generation,
+                                               self.elapsed(), algo.ask_size()):
+                g = algo.ask()
+                algo.tell(g, self.evaluate(g))
+                self.generation += 1
+                self._record(algo)
+                if bar is not None and time.perf_counter() - last >= self.PROGRESS_EVERY:
+                    bar.update(self.generation - shown)
+                    bar.set_postfix(best=f"{algo.best_time:.6g}", evals=self.evaluations,
+                                    refresh=False)
+                    shown, last = self.generation, time.perf_counter()
+        finally:
+            if bar is not None:
+                bar.update(self.generation - shown)
+                bar.close()
+
+
+class SearchPlanner(Planner):
+    """A planner made of an objective and an ask/tell algorithm, run by :class:`SearchLoop`.
+
+    Subclasses declare ``defaults`` (validated at construction, :meth:`check_settings`) and
+    implement :meth:`make_algorithm`; :meth:`make_objective` picks the evaluator (the
+    ``backend``/``device`` settings by default).
+    """
+
+    def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
+                       ) -> Objective:
+        return CutBitsObjective(problem, mode, str(settings.get("backend", "auto")),
+                                settings.get("device") or None, int(settings.get("threads", 1)))
+
+    def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
+                       budget: Budget, seed: int | None, objective: Objective
+                       ) -> SearchAlgorithm:
+        raise NotImplementedError
+
+    def result_settings(self, algo: SearchAlgorithm, objective: Objective,
+                        settings: dict[str, Any]) -> dict[str, Any]:
+        """The settings recorded in the result (defaults filled in)."""
+        out = dict(settings)
+        if "backend" in out and hasattr(objective, "backend"):
+            out["backend"] = objective.backend
+        return out
+
+    def finish(self, history: History, algo: SearchAlgorithm) -> None:
+        """Hook after the run (e.g. attach an algorithm's own log to ``history.extra``)."""
+
+    def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
+              progress: bool) -> PlanResult:
+        from ...simulator import gpipe_recurrence, simulate
+
+        s = dict(self.config)
+        termination = Termination(budget, self.name)
+        objective = self.make_objective(problem, mode, s)
+        algo = self.make_algorithm(problem, mode, s, budget, seed, objective)
+        loop = SearchLoop(objective, termination, progress, self.name)
+        loop.run(algo)
+        self.finish(loop.history, algo)
+        genome, _ = algo.best()
+        plan = objective.decode(genome, 0)
+        if isinstance(objective, FamilyObjective):
+            schedule = "gpipe" if plan.caps is None else "capped"
+            tl = simulate(problem, plan, schedule)
+            T = np.inf if tl.fits_memory is False else tl.iteration_time
+            plan, schedule, T = never_worse_than_edp(problem, mode, plan, schedule, T)
+        else:
+            schedule, T = "gpipe", gpipe_recurrence(problem, plan)
+        return PlanResult(
+            planner=self.name, plan=plan, iteration_time=T, schedule=schedule,
+            evaluations=loop.evaluations, start_time=algo.start_time, history=loop.history,
+            settings=self.result_settings(algo, objective, s),
+        )
+
+
+def never_worse_than_edp(problem: Problem, mode: str, plan: Plan, schedule: str, T: float
+                         ) -> tuple[Plan, str, float]:
+    """The plan, or the best GPipe-EDP / 1F1B-EDP plan that fits when that is faster.
+
+    A family search is seeded with both, so it can only lose to torch's 1F1B at an M that
+    does not divide B (the family's sample caps reproduce 1F1B exactly only when it does,
+    docs/SCHEDULES.md §1): then that equal plan is the answer, under its own schedule.
+    A plan that does not fit (``T = inf``: nothing the search found fits) is not returned:
+    the best EDP plan that fits is, and when none fits either, the caller gets the
+    :class:`~umpipe_bench.memory.MemoryCapError` that names the stage, bytes and cap.
+    """
+    from ...memory import MemoryCapError
+    from ..evaluation.reference import best_edp
+
+    best = (T, plan, schedule)
+    error = None
+    for sched in ("gpipe", "1f1b"):
+        try:
+            M, Tb = best_edp(problem, mode, sched)
+        except MemoryCapError as exc:
+            error = exc
+            continue
+        if Tb < best[0]:
+            best = (Tb, Plan.edp(problem.S, problem.B, M, mode), sched)
+    if not np.isfinite(best[0]):
+        if error is not None:
+            raise error
+        raise MemoryCapError(f"problem {problem.name!r} ({mode}): no plan found fits memory")
+    return best[1], best[2], float(best[0])

@@ -1,0 +1,141 @@
+"""The seeded initial population shared by DGAP and TiDGAP (docs/MODEL.md §2 encoding).
+
+For one seed both GAs start from the same individuals: the best ``edp_seeds`` EDP(M) plans
+found by scanning every M in 1..B, the ``local-greedy`` and ``greedy-dp`` plans
+(:mod:`..algorithms.greedy`), then random individuals (:func:`..evaluation.encoding.random_bits`).
+Every evaluation goes through the caller's ``evaluate`` and is counted by it (the search loop's
+objective).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...problem import Problem
+from ..algorithms.greedy import greedy_dp_plan, local_greedy_plan
+from ..evaluation.encoding import edp_bits, plan_to_bits, random_bits
+
+__all__ = ["Seeds", "add_family_seeds", "initial_population", "seed_plans",
+           "seeding_evaluations"]
+
+
+def seeding_evaluations(B: int, greedy: bool) -> int:
+    """What :func:`seed_plans` costs: the EDP(M) scan (B) plus the two greedy plans."""
+    return B + (2 if greedy else 0)
+
+
+@dataclass
+class Seeds:
+    """The seeded part of an initial population and what it cost."""
+
+    fbits: np.ndarray  # [n, S, B-1]
+    bbits: np.ndarray  # [n, S, B-1]
+    times: np.ndarray  # [n]
+    labels: list[str]
+    evaluations: int
+    caps: np.ndarray | None = None  # [n, S] in-flight caps (schedule family); None: uncapped
+
+
+def seed_plans(
+    problem: Problem,
+    mode: str,
+    evaluate: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    edp_seeds: int = 4,
+    greedy: bool = True,
+) -> Seeds:
+    """Scan EDP(M) for all M (B evaluations), keep the best ``edp_seeds``; add the greedy plans.
+
+    ``evaluate(fbits, bbits) -> T`` is the planner's own fitness (the reference one individual
+    at a time for DGAP, the population evaluator for TiDGAP); every call is counted.
+    """
+    S, B = problem.S, problem.B
+    edp_f = np.stack([edp_bits(S, B, M) for M in range(1, B + 1)])
+    T_edp = evaluate(edp_f, edp_f)
+    order = np.argsort(T_edp, kind="stable")[: max(0, edp_seeds)]
+    fb = [edp_f[i] for i in order]
+    bb = [edp_f[i] for i in order]
+    times = [float(T_edp[i]) for i in order]
+    labels = [f"EDP({i + 1})" for i in order]
+    evals = B
+    if greedy:
+        plans = [("local-greedy", local_greedy_plan(problem, mode)),
+                 ("greedy-dp", greedy_dp_plan(problem, mode))]
+        gf, gb = zip(*(plan_to_bits(p) for _, p in plans))
+        T_g = evaluate(np.stack(gf), np.stack(gb))
+        evals += len(plans)
+        for (label, _), f, b, t in zip(plans, gf, gb, T_g):
+            fb.append(f)
+            bb.append(b)
+            times.append(float(t))
+            labels.append(label)
+    shape = (0, S, B - 1)
+    return Seeds(
+        fbits=np.stack(fb) if fb else np.zeros(shape, np.uint8),
+        bbits=np.stack(bb) if bb else np.zeros(shape, np.uint8),
+        times=np.array(times, dtype=np.float64),
+        labels=labels,
+        evaluations=evals,
+    )
+
+
+def initial_population(
+    problem: Problem,
+    mode: str,
+    size: int,
+    rng: np.random.Generator,
+    seeds: Seeds,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Seeds first (at most half the population), then random individuals.
+
+    Returns ``(fbits, bbits, n_seeded)``; in stash mode ``bbits`` is ``fbits``. Random draws
+    come from ``rng`` in a fixed order, so one seed gives one population.
+    """
+    S, B = problem.S, problem.B
+    n_seed = min(len(seeds.labels), max(1, size // 2), size)
+    n_rand = size - n_seed
+    rf = random_bits(rng, n_rand, S, B)
+    rb = random_bits(rng, n_rand, S, B) if mode == "recompute" else rf
+    fb = np.concatenate([seeds.fbits[:n_seed], rf])
+    bb = fb if mode == "stash" else np.concatenate([seeds.bbits[:n_seed], rb])
+    return np.ascontiguousarray(fb), np.ascontiguousarray(bb), n_seed
+
+
+
+
+def add_family_seeds(problem: Problem, mode: str, seeds: Seeds,
+                     evaluate: Callable[[Any], np.ndarray]) -> Seeds:
+    """The schedule family's seeds (docs/SCHEDULES.md §1): the uncapped GPipe seeds plus the
+    fastest 1F1B-EDP plans whose M divides B, with the sample caps that reproduce torch's
+    1F1B lists (:func:`.caps.family_seeds`), all sorted best first.
+
+    ``evaluate(genomes) -> T`` takes :class:`..evaluation.objective.Genomes` with caps; every call
+    is counted by the caller's loop.
+    """
+    from ..evaluation.objective import Genomes
+    from .caps import family_seeds
+
+    S, B = problem.S, problem.B
+    extra = [(label, M, k) for label, M, k in family_seeds(problem, mode)
+             if not label.startswith("gpipe")]
+    n = len(seeds.labels)
+    caps = np.full((n + len(extra), S), B, np.int64)
+    fb, bb, times = list(seeds.fbits), list(seeds.bbits), list(seeds.times)
+    labels = list(seeds.labels)
+    if extra:
+        ef = np.stack([edp_bits(S, B, M) for _, M, _ in extra])
+        ek = np.stack([k for _, _, k in extra])
+        et = evaluate(Genomes(ef, ef, ek))
+        for i, (label, _, k) in enumerate(extra):
+            fb.append(ef[i])
+            bb.append(ef[i])
+            times.append(float(et[i]))
+            labels.append(label)
+            caps[n + i] = k
+    order = np.argsort(np.array(times), kind="stable")
+    return Seeds(fbits=np.stack(fb)[order], bbits=np.stack(bb)[order],
+                 times=np.array(times)[order], labels=[labels[i] for i in order],
+                 evaluations=seeds.evaluations + len(extra), caps=caps[order])
