@@ -38,3 +38,11 @@ def make_problem(
 @pytest.fixture
 def problem_factory():
     return make_problem
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that launch processes (``runtime``) belong to the slow tier too: the fast tier,
+    ``pytest -m "not slow"``, is what a developer runs between edits; CI runs everything."""
+    for item in items:
+        if item.get_closest_marker("runtime") is not None:
+            item.add_marker(pytest.mark.slow)

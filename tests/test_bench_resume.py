@@ -18,6 +18,8 @@ import pytest
 
 from umpipe_bench.bench import COLUMNS, read_rows
 
+pytestmark = pytest.mark.slow  # the fast tier (-m "not slow") leaves this module out
+
 ROOT = Path(__file__).resolve().parents[1]
 
 MATRIX = """

@@ -27,6 +27,8 @@ from umpipe_bench.synthetic import synthetic_problem
 
 from .conftest import make_problem
 
+pytestmark = pytest.mark.slow  # the fast tier (-m "not slow") leaves this module out
+
 MODES = ("stash", "recompute")
 REL = 1e-12  # float rounding of sums taken in another order
 

@@ -25,6 +25,8 @@ from umpipe_bench.synthetic import synthetic_problem
 
 from .conftest import make_problem
 
+pytestmark = pytest.mark.slow  # the fast tier (-m "not slow") leaves this module out
+
 MODES = ("stash", "recompute")
 
 

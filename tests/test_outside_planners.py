@@ -14,6 +14,8 @@ from umpipe_bench.planners.search.base import PlannerError
 from umpipe_bench.registry import planner_names, register_planner
 from umpipe_bench.synthetic import synthetic_problem
 
+pytestmark = pytest.mark.slow  # the fast tier (-m "not slow") leaves this module out
+
 OUTSIDE = {c.name: c for c in (outside.OptunaCMAES, outside.CMAES, outside.OptunaGA, outside.NevergradNGOpt,
                                outside.NevergradDiscreteOnePlusOne, outside.PymooGA)}
 for _name, _cls in OUTSIDE.items():

@@ -29,6 +29,8 @@ from umpipe_bench.profiler.split import (  # noqa: E402
     measure_split_memory,
 )
 
+pytestmark = pytest.mark.slow  # the fast tier (-m "not slow") leaves this module out
+
 F64 = 8  # bytes per float64
 
 

@@ -30,6 +30,8 @@ from umpipe_bench.torch_schedules import (
     torch_orders,
 )
 
+pytestmark = pytest.mark.slow  # the fast tier (-m "not slow") leaves this module out
+
 ts = pytest.importorskip("torch.distributed.pipelining.schedules")
 
 NAMES = list(TORCH_SCHEDULES)

@@ -18,9 +18,9 @@ Robustness over seeds (the same budget, less luck) comes from a large population
 :func:`..search.ga.population_size`), mutation that moves boundaries more than it adds or removes
 them (DGAP's flip rate, four times its shift rate: on the schedule family, at the same budget, the
 median gap to the best plan then known fell from +3.2 % to +2.0 % on vgg16 recompute and from
-+2.4 % to +1.6 % on gpt1-14 stash, archive/lab-notes:results/perf/quality.md) and a stage-copy
++2.4 % to +1.6 % on gpt1-14 stash, `git show ddbefaf:results/perf/quality.md`) and a stage-copy
 mutation (a stage takes a neighbour stage's partition, ``copy_rate``), and from three means measured
-on the schedule family (archive/lab-notes:results/perf/quality.md):
+on the schedule family (`git show ddbefaf:results/perf/quality.md`):
 
 * **equal T prefers larger caps**: T is a maximum over paths, so most cap genes do not change
   it, and without a preference they drift to low values that later block the moves a better
@@ -43,7 +43,7 @@ on the schedule family (archive/lab-notes:results/perf/quality.md):
   (``seed_islands=false``) find better basins on vgg16 but lose 2-7 % on vgg16-cuda, where
   the 1F1B-EDP seed leads to the best plans. With both kinds, at 1,000,000 evaluations vgg16's
   median gaps went from +2.2 % (seeded) to +1.14 % / +1.43 % (stash / recompute, 40 seeds) and
-  vgg16-cuda kept the seeded plans (archive/lab-notes:results/perf/quality.md);
+  vgg16-cuda kept the seeded plans (`git show ddbefaf:results/perf/quality.md`);
 * **restarts** (``restarts``; ``auto``: :func:`auto_restarts`, 8 on gpt1-14 and vgg16 at the
   default budget, 1 at S = 64, B = 1024): a run settles into one basin within about 1,000,000
   evaluations and then stays there (vgg16 stash, seeds 0-2: the same T at 4,000,000 as at
@@ -80,7 +80,7 @@ rest of the population is kept, so it keeps its diversity). Local generations re
 improve the best. When the GA is stuck again right after two local searches failed, the next
 generation *restarts* the population: fresh random individuals beside the elites. ``patience=0``
 (the default) turns both off: with the population, mutation rates and stage-copy mutation below,
-they did not help at the default budget (archive/lab-notes:results/perf/quality.md).
+they did not help at the default budget (`git show ddbefaf:results/perf/quality.md`).
 
 Randomness comes from one ``numpy.random.Generator(seed)`` (restart rounds and islands: one
 stream each, spawned from the seed): same seed, same result (for evaluation and generation
@@ -120,7 +120,7 @@ __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_R
 #: ``BUDGET_WORK / (S*(B-1))`` evaluations (the work of 8,000,000 evaluations of a 512-bit
 #: chromosome, about 80 s on one core here), at most ``BUDGET_CAP``. On gpt1-14 and vgg16 that
 #: is eight restart rounds of 1,000,000 (:data:`ROUND_FLOOR`); a single run at 4,000,000 ends
-#: where it ends at 1,000,000 (archive/lab-notes:results/perf/quality.md).
+#: where it ends at 1,000,000 (`git show ddbefaf:results/perf/quality.md`).
 BUDGET_PER_BIT = 12
 BUDGET_WORK = 4_096_000_000
 BUDGET_CAP = 8_000_000
@@ -142,7 +142,7 @@ ISLAND_FLOOR = 128
 #: improving before the best stopped island resumes in its place, per memory mode. On
 #: gpt1-14 stash the seeds within 2 % of the best plan rose from 28 to 37 of seeds 0-39 and
 #: from 26 to 35 of seeds 40-79, vgg16 stash unchanged; in recompute vgg16 got worse (median
-#: +3.44 % to +5.32 %), so it is off there (archive/lab-notes:results/perf/quality.md).
+#: +3.44 % to +5.32 %), so it is off there (`git show ddbefaf:results/perf/quality.md`).
 REVIVE_AUTO = {"stash": 0.15, "recompute": 0.0}
 
 
@@ -466,7 +466,7 @@ class IslandEngine(SearchAlgorithm):
 
     A run's outcome is mostly decided early: on vgg16 stash with a population of 256, the
     runs that end far from the best plan are already far behind after an eighth of the budget
-    (archive/lab-notes:results/perf/quality.md). So ``K`` islands (each ``population / K``, its own
+    (`git show ddbefaf:results/perf/quality.md`). So ``K`` islands (each ``population / K``, its own
     random stream from the run's seed, all seeded with the same EDP/greedy/family plans, evaluated
     together in one objective call per generation) run side by side, and at evenly spaced
     points up to the ``race`` fraction of the budget the worse half of the islands (by best T,
@@ -635,7 +635,7 @@ class RestartEngine(SearchAlgorithm):
 
     A TiDGAP run converges to one basin early and then polishes it (on vgg16 the island race
     at 4,000,000 evaluations ends where it ends at 1,000,000,
-    archive/lab-notes:results/perf/quality.md); runs from different random streams end in different
+    `git show ddbefaf:results/perf/quality.md`); runs from different random streams end in different
     basins. So ``restarts`` rounds, each a fresh run (an :class:`IslandEngine` or one
     :class:`TiDGAPEngine`, built by ``build`` for the round's budget and random stream, spawned from
     the run's seed), and the result is the best round's best. The seed plans are evaluated once, in
@@ -737,7 +737,7 @@ class TiDGAP(SearchPlanner):
     largest population, 1024; fewer when the budget would buy too few generations,
     :func:`..search.ga.population_size`; ``flip_rate`` 1 and ``shift_rate`` 8 here: DGAP's flips and
     four times its boundary shifts, measured on the schedule family in
-    archive/lab-notes:results/perf/quality.md), ``patience``
+    `git show ddbefaf:results/perf/quality.md`), ``patience``
     (generations without improvement before a local generation; 0, the default: never),
     ``polish`` (the last fraction of an evaluation budget spent on local generations around
     the best, each best move accepted when better or equal; 0, the default: none; needs

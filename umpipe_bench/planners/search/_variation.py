@@ -327,7 +327,7 @@ def cap_ties(caps: np.ndarray, B: int) -> np.ndarray:
     T is a maximum over paths through the stages, so most cap genes do not change it: without a
     preference they drift to arbitrary low caps, which then block the moves a better plan needs
     (on gpt1-14 stash the best plans have GPipe caps on every stage but the last;
-    archive/lab-notes:results/perf/quality.md). Preferring the larger cap among equals keeps a
+    `git show ddbefaf:results/perf/quality.md`). Preferring the larger cap among equals keeps a
     cap that binds nothing at ``B``. Memory is no reason to prefer a lower cap: a plan that does not
     fit has T = inf already.
     """

@@ -36,7 +36,7 @@ GA_DEFAULTS: dict[str, Any] = {
 #: ``population`` is the largest population: an evaluation budget must also buy
 #: ``AUTO_GENERATIONS`` generations per ``AUTO_BITS`` bits of chromosome (at least that many
 #: generations), so a run uses fewer individuals when it would not, down to ``AUTO_FLOOR``.
-#: Measured (archive/lab-notes:results/perf/quality.md): on gpt1-14 and vgg16 (210-496 bits) a
+#: Measured (`git show ddbefaf:results/perf/quality.md`): on gpt1-14 and vgg16 (210-496 bits) a
 #: population of ~1000 makes the result depend far less on the seed than 128 at the same budget
 #: (TiDGAP's default is 1024); at S = 64, B = 1024 (65,472 bits) 128 beats 1000, which gets too few
 #: generations.
