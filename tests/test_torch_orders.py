@@ -20,7 +20,7 @@ from umpipe_bench.devsim import DevSimError, parse_action
 from umpipe_bench.errors import UmpipeError, UnknownNameError
 from umpipe_bench.layout import LayoutError, chunk_devices, device_chunks
 from umpipe_bench.plan import Plan
-from umpipe_bench.schedules import gpipe, one_f_one_b
+from umpipe_bench.schedules import capped_order, gpipe, one_f_one_b
 from umpipe_bench.torch_schedules import (
     TORCH_SCHEDULES,
     ScheduleNameError,
@@ -405,3 +405,20 @@ def test_the_package_imports_no_torch():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "0"
+
+
+@pytest.mark.parametrize("S", range(1, 9))
+def test_capped_family_reproduces_interleaved_1f1b_with_one_chunk(S):
+    """torch's ScheduleInterleaved1F1B at v = 1 warms up with 2(S-1-s)+1 forwards on stage s
+    (not 1F1B's S-s): the capped family with caps of min(2(S-1-s)+1, M) microbatches, in
+    samples, gives exactly its lists for EDP plans whose M divides B."""
+    for M in range(1, 17):
+        try:
+            check("interleaved-1f1b", S, M, 1)
+        except ScheduleShapeError:
+            continue
+        want = torch_orders("interleaved-1f1b", S, M, 1)
+        for m in (1, 3):
+            caps = [min(2 * (S - 1 - s) + 1, M) * m for s in range(S)]
+            got = capped_order(Plan.edp(S, M * m, M), caps)
+            assert [[str(o) for o in row] for row in got] == want, (S, M, m)
