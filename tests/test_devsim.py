@@ -232,3 +232,15 @@ def test_op_overhead_adds_to_every_action():
                                 0.003).iteration_time
                 for M in divisors(q.B) for c in compositions(q.S, 2))
     assert got.T == brute
+
+
+def test_best_choice_stays_exact_when_far_backwards_are_cheaper():
+    """The search's bound must hold for a backward locality factor below 1 (a far backward
+    cheaper than a near one): brute force agrees."""
+    q = get_problem("sim-s8-b16-s1").with_bwd_far(0.5)
+    for sched in ("gpipe", "1f1b"):
+        got = best_choice(q, sched, 3, kind="one", split=False, orders=_our_orders)
+        brute = min(simulate_chunks(q, c, "one", 3, 1, M, "stash", _our_orders(sched, 3, M, None)
+                                    ).iteration_time
+                    for M in divisors(q.B) for c in compositions(q.S, 3))
+        assert got.T == brute

@@ -85,8 +85,15 @@ def _layer_work(problem: Problem, m: int, M: int, mode: str, split: bool
     """Per layer: the busy time of ``M`` microbatches of size ``m`` plus its optimizer step,
     and one microbatch's forward time."""
     tb = problem.tables()
-    back = (tb.input_backward(mode)[:, m] + tb.wbwd[:, m]) if split \
-        else tb.backward(mode)[:, m]  # type: ignore[index]
+    if split:
+        inp = tb.input_backward(mode)[:, m]
+        back = inp + tb.wbwd[:, m]  # type: ignore[index]
+    else:
+        inp = tb.backward(mode)[:, m]
+        back = inp
+    if mode == "stash":  # a far backward (docs/MODEL.md §1b) may be cheaper than a near one
+        far = np.array([min(1.0, problem.far_factor(s)) for s in range(problem.S)])
+        back = back - (1.0 - far) * inp
     return M * (tb.fwd[:, m] + back) + tb.opt, tb.fwd[:, m]
 
 
