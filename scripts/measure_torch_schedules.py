@@ -276,28 +276,46 @@ def report(command: str, meta: dict[str, Any], summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def combine(paths: list[str], report_path: str, png: str | None, command: str) -> int:
-    """One page over measured workloads (``X.run.json`` files written by ``--out``).
+def _launch_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[list[float]]]:
+    """The entries measured in every launch of one workload, and per entry the launch medians."""
+    labels = [r["label"] for r in runs[0]["summary"]["rows"]]
+    by_label = [{r["label"]: r for r in run["summary"]["rows"]} for run in runs]
+    keep = [lab for lab in labels if all(lab in b for b in by_label)]
+    rows = [by_label[0][lab] for lab in keep]
+    return rows, [[b[lab]["median"] for b in by_label] for lab in keep]
 
-    For each workload the simulator predicts every measured entry twice: as profiled, and with
-    the per-action overhead fitted to the workload's calibration run ``X.calrun.json`` beside
-    it (GPipe at every M, :func:`calibration_entries`; no entry of the schedules' run). Per
-    model: Spearman's rank correlation of predicted and measured medians and the median
-    relative error, over every entry and over the entries that model itself picked (each
-    schedule's best, the ``--predict`` entries); then every entry, and a scatter.
+
+def combine(paths: list[str], report_path: str, png: str | None, command: str) -> int:
+    """One page over measured workloads (``X.run*.json`` files written by ``--out``; several
+    launches of one workload are combined).
+
+    An entry's measured time is the median over launches of its per-launch median (launches of
+    the same entries differ by more than the rounds within one; the page shows each launch's
+    rank correlation too). For each workload the simulator predicts every measured entry twice:
+    as profiled, and with the per-action overhead fitted to the workload's calibration run
+    ``X.calrun.json`` beside it (GPipe at every M, :func:`calibration_entries`; no entry of the
+    schedules' runs). Per model: Spearman's rank correlation of predicted and measured times and
+    the median relative error, over every entry and over the entries that model itself picked
+    (each schedule's best, the ``--predict`` entries); then every entry, and a scatter.
     """
+    import re
+
     from umpipe_bench.runtime.stats import spearman as rho
 
-    runs = []
+    groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for path in paths:
         run = json.loads(Path(path).read_text(encoding="utf-8"))
-        name = run["workload"]["name"]
-        beside = Path(path).parent / f"{name}.json"  # the workload's profile, if kept there
+        groups.setdefault(run["workload"]["name"], []).append((path, run))
+    out = []
+    for name, items in groups.items():
+        runs = [run for _, run in items]
+        first = items[0][0]
+        beside = Path(first).parent / f"{name}.json"  # the workload's profile, if kept there
         problem = str(beside) if beside.exists() else name
-        cal_path = Path(str(path).replace(".run.json", ".calrun.json"))
+        cal_path = Path(re.sub(r"\.run\d*\.json$", ".calrun.json", str(first)))
         c = fit_overhead(problem, str(cal_path)) if cal_path.exists() else None
-        rows = run["summary"]["rows"]
-        meas = [r["median"] for r in rows]
+        rows, per_launch = _launch_rows(runs)
+        meas = [float(np.median(x)) for x in per_launch]
         models = {"as profiled": 0.0, **({"with overhead": c} if c is not None else {})}
         preds = {k: predict_rows(problem, rows, v) for k, v in models.items()}
         picks = {}
@@ -306,45 +324,48 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
             keys = {(e["torch_class"], e["M"], tuple(e["partition"])) for e in chosen}
             picks[k] = [i for i, r in enumerate(rows)
                         if (r["torch_class"], r["M"], tuple(r["partition"])) in keys]
-        runs.append((run, (name, problem), c, rows, meas, models, preds, picks))
+        out.append((name, runs, c, rows, per_launch, meas, models, preds, picks))
     lines = ["# torch's pipeline schedules: predicted against measured", "",
              f"Regenerate the page: `{command}`. The runs: `python "
              "scripts/measure_torch_schedules.py ENTRIES --rounds 40 --warmup 5 --out "
-             "X.run.json` on the entries files in `results/real/torch-schedules/` (each "
-             "workload's `*.union.json`: the picks of both models below; `*.cal.json`: the "
-             "calibration run), made by `--predict PROBLEM [--op-overhead S]` and "
-             "`--calibrate PROBLEM`.", "",
+             "X.runN.json` (three launches per workload) on the entries files in "
+             "`results/real/torch-schedules/` (each workload's `*.union.json`: the picks of "
+             "both models below; `*.cal.json`: the calibration run, `--out X.calrun.json`), "
+             "made by `--predict PROBLEM [--op-overhead S]` and `--calibrate PROBLEM`.", "",
              "Two CPU processes (gloo, one thread each), torch.distributed.pipelining running "
              "each schedule itself; every entry of a workload in one launch, interleaved "
-             "rounds, medians, percentile-bootstrap 95 % intervals. Predictions: the device "
-             "simulator on the workload's one-layer-per-stage profile (beside the runs), "
-             "**as profiled**, and **with overhead**: plus a fixed time per action, fitted "
-             "(least squares on log times) to a separate calibration run of GPipe at every M.",
-             "", "| workload | model | overhead per action | Spearman, all entries | Spearman, "
-             "the model's own picks | median \\|pred-meas\\|/meas |",
-             "|---|---|---:|---:|---:|---:|"]
-    for _run, (problem, _), _c, rows, meas, models, preds, picks in runs:
+             "rounds; an entry's time is the median over launches of its per-launch median. "
+             "Predictions: the device simulator on the workload's one-layer-per-stage profile "
+             "(beside the runs), **as profiled**, and **with overhead**: plus a fixed time per "
+             "action, fitted (least squares on log times) to a separate calibration run of "
+             "GPipe at every M.", "",
+             "| workload | model | overhead per action | Spearman, all entries | Spearman, "
+             "the model's own picks | Spearman per launch (all entries) | median "
+             "\\|pred-meas\\|/meas |", "|---|---|---:|---:|---:|---|---:|"]
+    for name, _runs, _c, rows, per_launch, meas, models, preds, picks in out:
         for k, v in models.items():
             p = preds[k]
             own = picks[k]
             err = float(np.median([abs(a - b) / b for a, b in zip(p, meas)]))
+            launches = ", ".join(f"{rho(p, [x[i] for x in per_launch]):.2f}"
+                                 for i in range(len(per_launch[0])))
             lines.append(
-                f"| {problem} | {k} | {v * 1e3:.2f} ms | {rho(p, meas):.3f} ({len(rows)}) | "
+                f"| {name} | {k} | {v * 1e3:.2f} ms | {rho(p, meas):.3f} ({len(rows)}) | "
                 f"{rho([p[i] for i in own], [meas[i] for i in own]):.3f} ({len(own)}) | "
-                f"{err * 100:.1f} % |")
-    for run, (problem, _), _c, rows, meas, models, preds, picks in runs:
+                f"{launches} | {err * 100:.1f} % |")
+    for name, runs, _c, rows, per_launch, meas, models, preds, picks in out:
         names = list(models)
-        lines += ["", f"## {problem}", "",
-                  f"Run: `{run['command']}` ({run['date']}; load average {run['load_before']} "
-                  f"before, {run['load_after']} after).", "",
-                  "| entry | measured (ms) | 95 % interval | "
+        lines += ["", f"## {name}", ""]
+        for run in runs:
+            lines.append(f"- `{run['command']}` ({run['date']}; load average "
+                         f"{run['load_before']} before, {run['load_after']} after)")
+        lines += ["", "| entry | measured (ms) | per launch (ms) | "
                   + " | ".join(f"T {k} (ms)" for k in names) + " | picked by |",
                   "|---|---:|---|" + "---:|" * len(names) + "---|"]
         for i in sorted(range(len(rows)), key=lambda i: meas[i]):
-            r = rows[i]
             by = ", ".join(k for k in names if i in picks[k]) or "-"
-            lines.append(f"| {r['label']} | {meas[i] * 1e3:.1f} | [{r['low'] * 1e3:.1f}, "
-                         f"{r['high'] * 1e3:.1f}] | "
+            lines.append(f"| {rows[i]['label']} | {meas[i] * 1e3:.1f} | "
+                         + ", ".join(f"{x * 1e3:.1f}" for x in per_launch[i]) + " | "
                          + " | ".join(f"{preds[k][i] * 1e3:.1f}" for k in names) + f" | {by} |")
     if png:
         import matplotlib
@@ -352,12 +373,11 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 4.8), squeeze=False)
-        for ax, (_run, (problem, _), _c, rows, meas, models, preds, _picks) in zip(axes[0],
-                                                                                   runs):
+        fig, axes = plt.subplots(1, len(out), figsize=(5.2 * len(out), 4.8), squeeze=False)
+        for ax, (name, _r, _c, rows, per_launch, meas, models, preds, _p) in zip(axes[0], out):
             ys = [x * 1e3 for x in meas]
-            err = [[(r["median"] - r["low"]) * 1e3 for r in rows],
-                   [(r["high"] - r["median"]) * 1e3 for r in rows]]
+            err = [[(m - min(x)) * 1e3 for m, x in zip(meas, per_launch)],
+                   [(max(x) - m) * 1e3 for m, x in zip(meas, per_launch)]]
             allv = list(ys)
             for k, marker in zip(models, ("o", "s")):
                 xs = [x * 1e3 for x in preds[k]]
@@ -369,7 +389,7 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
                             textcoords="offset points", xytext=(3, 2))
             lo, hi = min(allv) * 0.95, max(allv) * 1.05
             ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-            ax.set_title(problem, fontsize=9)
+            ax.set_title(f"{name} (bars: range over launches)", fontsize=9)
             ax.set_xlabel("predicted T (ms)")
             ax.set_ylabel("measured T (ms)")
             ax.legend(fontsize=7)

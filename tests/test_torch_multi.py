@@ -252,4 +252,17 @@ def test_calibration_recovers_a_known_overhead_and_combine_reports_it(tmp_path) 
     assert mts.combine([str(run_path)], str(report), None, "cmd") == 0
     line = next(x for x in report.read_text().splitlines() if "| with overhead |" in x)
     cells = [x.strip() for x in line.split("|")]
-    assert cells[3] == "2.00 ms" and cells[4].startswith("1.000") and cells[6] == "0.0 %"
+    assert cells[3] == "2.00 ms" and cells[4].startswith("1.000") and cells[7] == "0.0 %"
+    # a second launch of the same entries, 10 % slower throughout, leaves the ranks alone
+    # and the per-entry median over launches is the middle of the two
+    import json
+
+    data = json.loads(run_path.read_text())
+    for r in data["summary"]["rows"]:
+        r["median"] *= 1.1
+    second = tmp_path / "w.run2.json"
+    second.write_text(json.dumps(data))
+    assert mts.combine([str(run_path), str(second)], str(report), None, "cmd") == 0
+    line = next(x for x in report.read_text().splitlines() if "| with overhead |" in x)
+    cells = [x.strip() for x in line.split("|")]
+    assert cells[4].startswith("1.000") and cells[6] == "1.00, 1.00" and cells[7] == "4.8 %"  # 0.05 / 1.05
