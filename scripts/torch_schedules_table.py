@@ -100,13 +100,12 @@ def main(argv: list[str] | None = None) -> int:
                     "ours_T": f"{oT:.6f}", "speedup_ours_vs_this": "1.0000",
                     "reason": f"tidgap {args.budget} seed {oseed}",
                 })
-                ft = fastest.choice if fastest else None
-                summary.append(
-                    f"| {name} | {D} | {mode} | {fastest.schedule if fastest else '-'} | "
-                    f"{ft.v if ft else '-'} | {ft.M if ft else '-'} | "
-                    f"{'-'.join(map(str, ft.counts)) if ft else '-'} | "
-                    f"{ft.T:.4f} | {oT:.4f} | {'-'.join(map(str, ocounts))} | "
-                    f"{(ft.T / oT - 1) * 100:+.2f} % |" if ft else "")
+                ft = fastest.choice if fastest is not None else None
+                if ft is not None:
+                    summary.append(
+                        f"| {name} | {D} | {mode} | {fastest.schedule} | {ft.v} | {ft.M} | "
+                        f"{'-'.join(map(str, ft.counts))} | {ft.T:.4f} | {oT:.4f} | "
+                        f"{'-'.join(map(str, ocounts))} | {(ft.T / oT - 1) * 100:+.2f} % |")
                 print(f"{name} D={D} {mode}: best torch "
                       f"{fastest.schedule if fastest else '-'} "
                       f"{ft.T if ft else float('nan'):.4f}, ours {oT:.4f} "
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "| problem | D | mode | fastest torch schedule | v | M | partition | T torch (s) | "
         "T ours (s) | our partition | gain |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
-        *[s for s in summary if s],
+        *summary,
         "",
     ]
     atomic_write_text(args.md, "\n".join(md))

@@ -190,12 +190,12 @@ def test_best_choice_is_the_brute_force_optimum(D, mode):
 
 def test_best_choice_respects_the_memory_cap():
     p = get_problem("sim-s8-b16-s1")
-    free = best_choice(p, "gpipe", 2, kind="one", split=False, orders=_our_orders)
-    cap = free.max_peak * 0.8
-    capped = best_choice(p, "gpipe", 2, kind="one", split=False, orders=_our_orders,
+    free = best_choice(p, "1f1b", 2, kind="one", split=False, orders=_our_orders)
+    cap = free.max_peak * 0.8  # 1F1B fits below its best plan's peak with more microbatches
+    capped = best_choice(p, "1f1b", 2, kind="one", split=False, orders=_our_orders,
                          memory_cap=cap)
-    assert capped is None or (capped.max_peak <= cap and capped.T >= free.T)
-    assert best_choice(p, "gpipe", 2, kind="one", split=False, orders=_our_orders,
+    assert capped is not None and capped.max_peak <= cap and capped.T > free.T
+    assert best_choice(p, "1f1b", 2, kind="one", split=False, orders=_our_orders,
                        memory_cap=1.0) is None
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import accumulate, combinations
 from typing import Any
 
@@ -175,7 +175,7 @@ def best_choice(
             best = ScheduleChoice(schedule, D, vv, M, counts, tl.iteration_time, peaks, mode, 0)
     if best is None:
         return None
-    return ScheduleChoice(**{**asdict(best), "counts": best.counts, "evaluated": evaluated})
+    return replace(best, evaluated=evaluated)
 
 
 def _fits(peaks: Sequence[float] | None, cap: float | Sequence[float] | None) -> bool:
