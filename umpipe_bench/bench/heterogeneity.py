@@ -197,7 +197,9 @@ def summarize(rows: Any) -> Any:
     ok["h"] = ok["h"].astype(float)
     fams = sorted(set(ok["family"]) - {"any"})
     shared = ok[ok["family"] == "any"]
-    parts = [ok[ok["family"] != "any"]] + [shared.assign(family=f) for f in fams]
+    # with h = 0 alone there is no family to share with: the rows stay under "any"
+    parts = ([ok[ok["family"] != "any"]] + [shared.assign(family=f) for f in fams]
+             if fams else [shared])
     data = pd.concat(parts, ignore_index=True)
     metrics = ("speedup_vs_gpipe", "speedup_vs_1f1b", "gap_to_bound")
     g = data.groupby(["family", "S", "B", "mode", "h"])
