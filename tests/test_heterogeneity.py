@@ -126,3 +126,17 @@ def test_outputs_of_a_grid_with_h0_only(tmp_path):
     summary = pd.read_csv(paths["summary"])
     assert set(summary["family"]) == {"any"} and len(summary) == 2
     assert paths["plot"].stat().st_size > 0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--stages", "0"], "--stages: every value must be >= 1, got 0"),
+    (["--batches", ","], "--batches: expected at least one value, got none"),
+    (["--h", "2"], "--h: every h must be in [0, 1], got 2"),
+    (["--h", "nan"], "--h: every h must be in [0, 1], got nan"),
+    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+])
+def test_cli_bad_grid_is_one_line_and_exit_2(capsys, tmp_path, argv, message):
+    assert main(["study", "--out", str(tmp_path), "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "heterogeneity.csv").exists()

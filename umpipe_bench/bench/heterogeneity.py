@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserInputError
 from ..problem import atomic_write_text
 
 __all__ = ["COLUMNS", "DEFAULTS", "Point", "run_study", "study_points", "summarize",
@@ -79,15 +80,23 @@ def study_points(stages: Sequence[int], batches: Sequence[int], modes: Sequence[
     Ordered so that the small shapes come first (a partial run is a usable map)."""
     from ..simnets import FAMILIES
 
+    for opt, values in (("--stages", stages), ("--batches", batches), ("--modes", modes),
+                        ("--families", families), ("--h", hs)):
+        if not values:
+            raise UserInputError(f"{opt}: expected at least one value, got none")
+    for opt, values in (("--stages", stages), ("--batches", batches)):
+        for v in values:
+            if v < 1:
+                raise UserInputError(f"{opt}: every value must be >= 1, got {v}")
     for fam in families:
         if fam.removesuffix("-dc") not in FAMILIES:
-            raise ValueError(f"--families: unknown family {fam!r}; expected one of "
+            raise UserInputError(f"--families: unknown family {fam!r}; expected one of "
                              f"{', '.join(FAMILIES)} (optionally with -dc)")
     for h in hs:
         if not 0.0 <= h <= 1.0:
-            raise ValueError(f"--h: every h must be in [0, 1], got {h:g}")
+            raise UserInputError(f"--h: every h must be in [0, 1], got {h:g}")
     if seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+        raise UserInputError(f"--seeds must be >= 1, got {seeds}")
     out: list[Point] = []
     for B in sorted(batches):
         for S in sorted(stages):
@@ -315,6 +324,9 @@ def write_outputs(out: str | os.PathLike[str], gantt: bool = True) -> dict[str, 
         raise FileNotFoundError(f"no study rows at {str(src)!r}; run 'umpipe-bench study' first")
     rows = pd.read_csv(src, dtype={"error": str})
     summary = summarize(rows)
+    if summary.empty:
+        raise UserInputError(f"no point of {str(src)!r} finished without an error; its "
+                             "'error' column says why")
     paths = {"summary": out / "heterogeneity-summary.csv", "table": out / "heterogeneity.md",
              "plot": out / "heterogeneity.png"}
     atomic_write_text(paths["summary"], summary.to_csv(index=False, float_format="%.6g"))
