@@ -11,6 +11,7 @@ optuna, pydantic or matplotlib.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -96,6 +97,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
     return (UmpipeError, PlannerError, SimulationError)
 
 
+#: OSErrors that mean "this path cannot be used as given" (a user's mistake: one line, exit 2);
+#: any other OSError (a full disk, an I/O error) keeps its traceback.
+_PATH_ERRNOS = {errno.ENOENT, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG,
+                errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.ENXIO}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command(argv), lazy=True)
@@ -115,6 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a path the user named cannot be read or written
+        if exc.errno not in _PATH_ERRNOS:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"umpipe-bench {args.command}: error: {exc.strerror or exc}{where}",
+              file=sys.stderr)
+        return 2
     except Terminated as exc:
         print(f"umpipe-bench {args.command}: {exc}", file=sys.stderr)
         return 128 + exc.signum
