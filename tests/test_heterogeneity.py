@@ -133,7 +133,6 @@ def test_outputs_of_a_grid_with_h0_only(tmp_path):
     (["--batches", ","], "--batches: expected at least one value, got none"),
     (["--h", "2"], "--h: every h must be in [0, 1], got 2"),
     (["--h", "nan"], "--h: every h must be in [0, 1], got nan"),
-    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
 ])
 def test_cli_bad_grid_is_one_line_and_exit_2(capsys, tmp_path, argv, message):
     assert main(["study", "--out", str(tmp_path), "--no-progress", *argv]) == 2
