@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UmpipeError
+from .errors import BudgetExhausted, InputError
 from .plan import MODES, Plan
 from .problem import Problem
 
@@ -37,10 +37,6 @@ __all__ = ["FAMILIES", "BudgetExhausted", "GenomeSpace", "PipelineObjective"]
 
 #: Schedule families a genome can describe: cut bits only, or cut bits and in-flight caps.
 FAMILIES = ("gpipe", "capped")
-
-
-class BudgetExhausted(UmpipeError):
-    """A batch would take the objective past its evaluation budget; nothing was evaluated."""
 
 
 @dataclass(frozen=True)
@@ -136,11 +132,11 @@ class PipelineObjective:
 
             problem = get_problem(problem)
         if mode not in MODES:
-            raise UmpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if family not in FAMILIES:
-            raise UmpipeError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+            raise InputError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
         if budget is not None and budget < 1:
-            raise UmpipeError(f"budget must be a positive number of evaluations, got {budget}")
+            raise InputError(f"budget must be a positive number of evaluations, got {budget}")
         from .planners.evaluation.family import FamilyEvaluator
 
         self.problem, self.mode, self.family, self.budget = problem, mode, family, budget
@@ -235,5 +231,5 @@ class PipelineObjective:
     def best_plan(self) -> tuple[Plan, str]:
         """``(plan, schedule)`` of the best genome evaluated so far."""
         if self.best_genome is None:
-            raise UmpipeError("nothing has been evaluated yet")
+            raise InputError("nothing has been evaluated yet")
         return self.space.to_plan(self.best_genome)
