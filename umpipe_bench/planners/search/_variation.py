@@ -14,12 +14,12 @@ generation, swapped); the random numbers are one bulk draw of uniforms from the 
 generator itself into numba costs ~40 µs a call and ~90 ns a draw); a call reports how many it
 read (``used``), so the engine draws only about that many and advances the generator past the
 rest of its nominal draw, the same stream for ~15 µs less a generation at P = 256
-(:meth:`..algorithms.tidgap.TiDGAPEngine._vary_stream`); only ``O(changes)`` bytes
+(:meth:`..algorithms._tidgap_engine.TiDGAPEngine._vary_stream`); only ``O(changes)`` bytes
 are touched besides the one copy of each parent row; the offspring that changed are written
 first, so the evaluator reads one contiguous slice.
 
-Importing this module imports numba; :mod:`..algorithms.tidgap` imports it lazily (``cache=True``: a
-second process compiles nothing).
+Importing this module imports numba; :mod:`..algorithms._tidgap_engine` imports it lazily
+(``cache=True``: a second process compiles nothing).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
 
     ``used`` (``int64[1]``) receives the number of uniforms read (a successful call reads a
     prefix of ``u``; the caller sizes its next draw by it,
-    :meth:`..algorithms.tidgap.TiDGAPEngine._vary_stream`).
+    :meth:`..algorithms._tidgap_engine.TiDGAPEngine._vary_stream`).
     """
     P, L = cur_f.shape
     S = L // stage_len if stage_len > 0 else 0
