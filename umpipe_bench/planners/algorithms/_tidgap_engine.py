@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from ...problem import Problem
-from ..evaluation.encoding import random_bits
 from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from ..search.caps import clamp_caps, memory_cap_limits, random_caps
 from ..search.loop import Evaluate, SearchAlgorithm
@@ -38,7 +37,6 @@ class TiDGAPEngine(SearchAlgorithm):
         self.L = self.S * (self.B - 1)
         self.P = population
         self.elites = int(settings["elites"])
-        self.patience = int(settings.get("patience", 0))
         self.rng = np.random.default_rng(seed)
         self.objective = objective or CutBitsObjective(
             problem, mode, settings.get("backend", "auto"), settings.get("device") or None)
@@ -60,15 +58,7 @@ class TiDGAPEngine(SearchAlgorithm):
         self.elite_idx = np.zeros(0, np.int64)
         self.seed_labels: list[str] = []
         self.generation = 0
-        self.stale = 0
-        self.fails = 0
-        self.neutral = 0
-        self.phase = "ga"  # or "local" (around the best) or "restart" (fresh random rest)
-        # polish: the last ``polish`` fraction of an evaluation budget is local generations
-        polish = float(settings.get("polish", 0.0))
-        self.polish_from = (None if evaluations is None or polish <= 0
-                            else evaluations * (1.0 - polish))
-        self.polishing = False
+        self.stale = 0  # generations without a better best (the islands' revival reads it)
         self.budget_evaluations = evaluations  # the stage descent's allowance is a share
         self.used = 0  # evaluations this engine asked for (setup and generations)
         self._nc = 0
@@ -189,18 +179,9 @@ class TiDGAPEngine(SearchAlgorithm):
         nf, nb, nt, nk = self._f[nxt], self._b[nxt], self._t[nxt], self._k[nxt]
         rates, caps = self._rates
         args = (self.pop_f, self.pop_b, self.times, nf, nb, nt, n_off, *rates, self.B - 1,
-                self.recompute, self.phase == "local", int(self.elite_idx[0]),
-                self.pop_k, nk, *caps, self.tie, self._sync)
+                self.recompute, self.pop_k, nk, *caps, self.tie, self._sync)
         nc = self._vary_stream(args)
         self._nc = int(nc)
-        if self.phase == "restart":
-            nf[:n_off] = random_bits(self.rng, n_off, self.S, self.B).reshape(n_off, self.L)
-            if self.recompute:
-                nb[:n_off] = random_bits(self.rng, n_off, self.S, self.B).reshape(
-                    n_off, self.L)
-            if self.family:
-                nk[:n_off] = random_caps(self.rng, n_off, self.S, self.B)
-            self._nc = n_off
         if self.family:
             clamp_caps(nk[:self._nc], self.cap_limits)
         el = self.elite_idx
@@ -243,68 +224,8 @@ class TiDGAPEngine(SearchAlgorithm):
         nxt = 1 - self.cur
         self.generation += 1
         self.used += int(times.size)
-        if self.polishing:
-            self._polish_step(times)
-            return
-        if self.phase == "local":
-            # A local generation only moves the best individual (Lamarckian): to its best
-            # neighbour when that is better, or equal (a step along a plateau: T is a max over
-            # stages, so most moves leave it unchanged; up to ``patience`` such steps in a
-            # row). The rest of the population keeps its diversity.
-            moved, improved = self._move_best(times, self.neutral < self.patience)
-            self._update_elites()
-            if improved:
-                self.fails = self.neutral = 0
-            elif moved:
-                self.neutral += 1
-            else:
-                self.fails += 1
-                self.neutral = self.stale = 0
-                self.phase = "ga"
-            return
         self._t[nxt][:self._nc] = times
         self.cur = nxt
-        self._update_elites()
-        if self.stale == 0:
-            self.fails = 0
-        self.phase = "ga"
-        if self.polish_from is not None and self.used >= self.polish_from:
-            self.polishing = True
-            self.phase = "local"
-            return
-        if 0 < self.patience <= self.stale:
-            # Stuck: search around the best; stuck again right after: restart the rest.
-            self.phase = "restart" if self.fails >= 2 else "local"
-            if self.phase == "restart":
-                self.fails = 0
-                self.stale = 0
-
-    def _move_best(self, times: np.ndarray, accept_equal: bool) -> tuple[bool, bool]:
-        """Move the best individual to its best sampled neighbour (this generation's offspring)
-        when that is better, or equal with larger caps, or equal and ``accept_equal`` (a step
-        along a plateau of T, a max over stages); returns ``(moved, improved)``."""
-        if not times.size:
-            return False, False
-        nxt = 1 - self.cur
-        tie = self._tie[nxt][:times.size]
-        j = int(self._vary.elite_order(times, tie)[0])
-        e = int(self.elite_idx[0])
-        improved = bool(times[j] < self.times[e])
-        equal = bool(times[j] == self.times[e])
-        if not (improved or (equal and (accept_equal or tie[j] < self.tie[e]))):
-            return False, improved
-        self.pop_f[e] = self._f[nxt][j]
-        if self.recompute:
-            self.pop_b[e] = self._b[nxt][j]
-        self.pop_k[e] = self._k[nxt][j]
-        self.tie[e] = tie[j]
-        self.times[e] = times[j]
-        return True, improved
-
-    def _polish_step(self, times: np.ndarray) -> None:
-        """A polishing generation: the best moves to its best sampled neighbour when that is
-        better or equal."""
-        self._move_best(times, accept_equal=True)
         self._update_elites()
 
     def best(self) -> tuple[Genomes, float]:

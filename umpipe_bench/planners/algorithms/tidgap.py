@@ -72,16 +72,6 @@ on the schedule family (`git show ddbefaf:results/perf/quality.md`):
   over: on gpt1-14 stash the median evaluations to within 0.5 % of the best plan were
   413,236 with it in every seeded island, 137,765 so, 137,112 without the descent.
 
-Optionally, when the best has not improved for
-``patience`` generations, the next generation is a *local* one: every offspring is the best
-individual plus one random move (a flip or a boundary shift; :func:`..search._variation.vary`), a
-sampled neighbourhood of the best, and the best neighbour replaces the best if it is better (the
-rest of the population is kept, so it keeps its diversity). Local generations repeat while they
-improve the best. When the GA is stuck again right after two local searches failed, the next
-generation *restarts* the population: fresh random individuals beside the elites. ``patience=0``
-(the default) turns both off: with the population, mutation rates and stage-copy mutation below,
-they did not help at the default budget (`git show ddbefaf:results/perf/quality.md`).
-
 Randomness comes from one ``numpy.random.Generator(seed)`` (restart rounds and islands: one
 stream each, spawned from the seed): same seed, same result (for evaluation and generation
 budgets; a seconds budget stops wherever the clock says).
@@ -139,11 +129,7 @@ class TiDGAP(SearchPlanner):
     largest population, 1024; fewer when the budget would buy too few generations,
     :func:`..search.ga.population_size`; ``flip_rate`` 1 and ``shift_rate`` 8 here: DGAP's flips and
     four times its boundary shifts, measured on the schedule family in
-    `git show ddbefaf:results/perf/quality.md`), ``patience``
-    (generations without improvement before a local generation; 0, the default: never),
-    ``polish`` (the last fraction of an evaluation budget spent on local generations around
-    the best, each best move accepted when better or equal; 0, the default: none; needs
-    ``islands=1``),
+    `git show ddbefaf:results/perf/quality.md`),
     ``islands`` (4: populations of ``population / islands`` raced by successive halving; 1: one
     population; used only when each island gets at least :data:`ISLAND_FLOOR`),
     ``mixed_islands`` (true, the default: the first half of the islands start from the
@@ -180,7 +166,7 @@ class TiDGAP(SearchPlanner):
     #: The cap of the work floor; :meth:`plan` without a budget uses :meth:`budget_for`.
     default_budget = f"evals:{BUDGET_CAP}"
     defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
-                "patience": 0, "copy_rate": 1.0, "sync_rate": 0.5, "polish": 0.0,
+                "copy_rate": 1.0, "sync_rate": 0.5,
                 "islands": 4, "race": 0.25, "revive": "auto", "seed_islands": True,
                 "mixed_islands": True, "restarts": "auto", "descent": True,
                 "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
@@ -196,11 +182,6 @@ class TiDGAP(SearchPlanner):
             raise PlannerError(
                 f"planner {self.name!r}: backend {s['backend']!r} unknown; valid: "
                 f"{', '.join(BACKENDS)}")
-        if s["patience"] < 0:
-            raise PlannerError(f"planner {self.name!r}: patience must be >= 0")
-        if not 0.0 <= s["polish"] < 1.0:
-            raise PlannerError(f"planner {self.name!r}: polish must be in [0, 1), got "
-                               f"{s['polish']}")
         if not 0.0 <= s["copy_rate"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
         if not 0.0 <= s["sync_rate"] <= 1.0:
@@ -214,10 +195,6 @@ class TiDGAP(SearchPlanner):
         if not 0.0 < s["race"] <= 1.0:
             raise PlannerError(f"planner {self.name!r}: race must be in (0, 1], got "
                                f"{s['race']}")
-        if s["polish"] > 0 and s["islands"] > 1:
-            raise PlannerError(f"planner {self.name!r}: polish needs islands=1 (it counts one "
-                               "population's evaluations), got islands="
-                               f"{s['islands']}")
         s["threads"] = parse_threads(self.name, s["threads"])
         check_schedule_setting(self.name, s)
         return s
