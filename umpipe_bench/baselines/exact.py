@@ -39,10 +39,10 @@ import numpy as np
 
 from umpipe_bench.memory import MemoryCapError, capacities, memory_figures
 from umpipe_bench.planners.evaluation.encoding import bits_to_plan, codes_to_bits
-from umpipe_bench.planners.evaluation.evaluator import PopulationEvaluator
+from umpipe_bench.planners.evaluation.evaluator import BACKENDS, PopulationEvaluator
 from umpipe_bench.planners.evaluation.family import FamilyEvaluator
 from umpipe_bench.planners.search.base import Budget, Planner, PlannerError, PlanResult
-from umpipe_bench.planners.search.settings import resolve_settings
+from umpipe_bench.planners.search.settings import Setting, SettingsTable, resolve_settings
 from umpipe_bench.problem import Problem
 from umpipe_bench.simulator import gpipe_recurrence, simulate
 
@@ -72,7 +72,14 @@ class Exact(Planner):
 
     name = "exact"
     default_budget = "evals:4194304"
-    defaults = {"max_evaluations": 1 << 22, "backend": "auto", "space": "auto"}
+    defaults = SettingsTable(
+        Setting("max_evaluations", int, 1 << 22, "refuse a problem whose enumeration needs "
+                "more evaluations (the evaluation budget caps it too)", low=1),
+        Setting("backend", str, "auto", "evaluator of the GPipe schedule", choices=BACKENDS),
+        Setting("space", str, "auto", "family: every partition and cap vector of the schedule "
+                "family; gpipe: GPipe plans only; auto: the family when it fits "
+                "max_evaluations, else gpipe", choices=("auto", "family", "gpipe")),
+    )
 
     def _refuse(self, problem: Problem, mode: str, need: int, limit: int, why: str) -> None:
         raise PlannerError(
@@ -85,9 +92,6 @@ class Exact(Planner):
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
         s = resolve_settings(self.name, self.defaults, self.settings)
-        if s["space"] not in ("auto", "family", "gpipe"):
-            raise PlannerError(f"planner 'exact': space must be auto, family or gpipe, got "
-                               f"{s['space']!r}")
         limit = int(s["max_evaluations"])
         if budget.evaluations is not None:  # an evaluation budget caps the enumeration too
             limit = min(limit, int(budget.evaluations))

@@ -40,6 +40,7 @@ from umpipe_bench.planners.search.loop import (
     SearchPlanner,
     Termination,
 )
+from umpipe_bench.planners.search.settings import Setting, SettingsTable
 from umpipe_bench.problem import Problem
 
 __all__ = ["CMAES", "NevergradDiscreteOnePlusOne", "NevergradNGOpt", "OptunaCMAES", "OptunaGA",
@@ -48,7 +49,16 @@ __all__ = ["CMAES", "NevergradDiscreteOnePlusOne", "NevergradNGOpt", "OptunaCMAE
 #: Told to a library instead of ``inf`` (a plan that does not fit memory): times the start.
 PENALTY = 1e3
 
-COMMON = {"family": "gpipe", "popsize": 32}
+#: The settings every outside planner has (a planner may change a default or add its own).
+COMMON = SettingsTable(
+    Setting("family", str, "gpipe", "gpipe: the genome is the cut bits, plans run under "
+            "GPipe; capped: cut bits and per-stage in-flight caps (docs/SCHEDULES.md)",
+            choices=("gpipe", "capped")),
+    Setting("popsize", int, 32, "candidates per ask/tell batch", low=2),
+)
+#: CMA-ES's step size, in units of the genome's range.
+SIGMA0 = Setting("sigma0", float, 0.3, "initial CMA-ES step size (a fraction of each gene's "
+                 "range)", low=0.0, open_low=True)
 
 
 class LibraryAlgorithm(SearchAlgorithm):
@@ -122,18 +132,9 @@ class OutsidePlanner(SearchPlanner):
     """Common part: settings, the objective, the EDP start, the loop, the result."""
 
     default_budget: ClassVar[str] = "evals:2000,secs:120"
-    defaults: ClassVar[dict[str, Any]] = dict(COMMON)
+    defaults: ClassVar[SettingsTable] = COMMON
     library: ClassVar[str] = ""
     algorithm: ClassVar[type[LibraryAlgorithm]] = LibraryAlgorithm
-    min_popsize: ClassVar[int] = 2
-
-    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
-        if settings["family"] not in ("gpipe", "capped"):
-            raise PlannerError(f"planner {self.name!r}: family must be 'gpipe' or 'capped', "
-                               f"got {settings['family']!r}")
-        if settings["popsize"] < self.min_popsize:
-            raise PlannerError(f"planner {self.name!r}: popsize must be >= {self.min_popsize}")
-        return settings
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
@@ -219,7 +220,7 @@ class OptunaCMAES(OutsidePlanner):
 
     name = "optuna-cmaes"
     library = "cmaes"
-    defaults = {**COMMON, "popsize": 16, "sigma0": 0.3}
+    defaults = COMMON.with_defaults(popsize=16).plus(SIGMA0)
     algorithm = _CMAES
 
 
@@ -228,7 +229,8 @@ class OptunaGA(OutsidePlanner):
 
     name = "optuna-ga"
     library = "optuna"
-    defaults = {**COMMON, "crossover_prob": 0.9}
+    defaults = COMMON.plus(Setting("crossover_prob", float, 0.9, "NSGA-II's probability "
+                                   "that a pair of parents mates", low=0.0, high=1.0))
     algorithm = _NSGA2
 
 
@@ -261,7 +263,7 @@ class CMAES(OutsidePlanner):
 
     name = "cmaes"
     library = "cmaes"
-    defaults = {**COMMON, "popsize": 16, "sigma0": 0.3}
+    defaults = COMMON.with_defaults(popsize=16).plus(SIGMA0)
     algorithm = _CMAwM
 
 
@@ -310,8 +312,8 @@ class NevergradNGOpt(OutsidePlanner):
 
     name = "nevergrad-ngopt"
     library = "nevergrad"
-    defaults = {**COMMON, "popsize": 1}  # one candidate per batch: gens:N = N evaluations
-    min_popsize = 1
+    #: one candidate per batch: gens:N = N evaluations
+    defaults = COMMON.plus(Setting("popsize", int, 1, "candidates per ask/tell batch", low=1))
     algorithm = _NGOpt
 
 
@@ -320,8 +322,7 @@ class NevergradDiscreteOnePlusOne(OutsidePlanner):
 
     name = "nevergrad-discrete11"
     library = "nevergrad"
-    defaults = {**COMMON, "popsize": 1}
-    min_popsize = 1
+    defaults = COMMON.plus(Setting("popsize", int, 1, "candidates per ask/tell batch", low=1))
     algorithm = _Discrete11
 
 

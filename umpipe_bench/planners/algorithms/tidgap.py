@@ -87,10 +87,17 @@ from ...problem import Problem
 from ..evaluation.evaluator import BACKENDS
 from ..evaluation.objective import CutBitsObjective, FamilyObjective, Objective
 from ..search.base import Budget, PlannerError
-from ..search.ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
+from ..search.ga import (
+    GA_DEFAULTS,
+    SCHEDULE_SETTINGS,
+    check_ga_settings,
+    check_schedule_setting,
+    ga_population,
+)
 from ..search.loop import SearchAlgorithm, SearchPlanner
 from ..search.restarts import RestartEngine
-from ..search.threads import apply_threads, parse_threads
+from ..search.settings import Setting
+from ..search.threads import apply_threads
 from ._tidgap_engine import TiDGAPEngine
 from ._tidgap_islands import IslandEngine
 from ._tidgap_settings import (
@@ -110,9 +117,46 @@ from ._tidgap_settings import (
 from .descent import descent_allowance
 
 __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_RESTARTS",
-           "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "IslandEngine", "RestartEngine",
-           "TiDGAP", "TiDGAPEngine", "auto_restarts", "default_evaluations", "parse_restarts",
-           "parse_revive"]
+           "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTINGS", "IslandEngine",
+           "RestartEngine", "TiDGAP", "TiDGAPEngine", "auto_restarts", "default_evaluations",
+           "parse_restarts", "parse_revive"]
+
+
+#: TiDGAP's settings: the GA's (population 1024, flip_rate 1 and shift_rate 8: DGAP's flips and
+#: four times its boundary shifts, measured on the schedule family in
+#: `git show ddbefaf:results/perf/quality.md`), then its own.
+SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=8.0).plus(
+    Setting("copy_rate", float, 1.0, "probability that a mutation also copies one stage's "
+            "partition onto a neighbour stage", low=0.0, high=1.0),
+    Setting("sync_rate", float, 0.5, "recompute: probability that a mutated offspring also "
+            "gives one stage's backward partition its forward one, or the reverse",
+            low=0.0, high=1.0),
+    Setting("islands", int, 4, "populations of population/islands raced by successive "
+            f"halving; one population when an island would get fewer than {ISLAND_FLOOR}",
+            low=1),
+    Setting("race", float, 0.25, "budget fraction by which the race has left one island",
+            low=0.0, high=1.0, open_low=True),
+    Setting("revive", float, "auto", "budget fraction the last island may go without "
+            "improving before the best stopped island resumes; auto: 0.15 in stash, 0 (never) "
+            "in recompute", low=0.0, high=1.0, auto=True),
+    Setting("seed_islands", bool, True, "with mixed_islands=false: every island starts from "
+            "the seed plans (false: from random individuals; the seed plans only bound the "
+            "result)"),
+    Setting("mixed_islands", bool, True, "the first half of the islands start from the seed "
+            "plans, the rest from random individuals; a halving keeps the better half of each "
+            "kind"),
+    Setting("restarts", int, "auto", "rounds: the budget split into this many independent "
+            "runs, the best wins; auto: as many as give each round max(1000000, 64*S*(B-1)) "
+            "evaluations, at most 8", low=1, auto=True),
+    Setting("descent", bool, True, "add the stage descent from the best seed plan to the seed "
+            "plans (at most 10 % of an evaluation budget)"),
+    Setting("backend", str, "auto", "evaluator of the GPipe schedule (the schedule family "
+            "needs auto or numba)", choices=BACKENDS),
+    Setting("device", str, "", "torch backend: the device, e.g. cuda"),
+    Setting("threads", int, "auto", "numba backend: the population split over this many "
+            "threads; auto: 2 for a call whose work N*S*B is at least 100000, else 1",
+            low=1, auto=True),
+).plus(*SCHEDULE_SETTINGS.rows.values())
 
 
 class TiDGAP(SearchPlanner):
@@ -125,52 +169,14 @@ class TiDGAP(SearchPlanner):
     0.14 % recompute over seeds 0-4, results/perf/convergence.md); any
     ``--budget`` overrides it.
 
-    Settings (``--set``): the GA settings of :data:`..search.ga.GA_DEFAULTS` (``population``: the
-    largest population, 1024; fewer when the budget would buy too few generations,
-    :func:`..search.ga.population_size`; ``flip_rate`` 1 and ``shift_rate`` 8 here: DGAP's flips and
-    four times its boundary shifts, measured on the schedule family in
-    `git show ddbefaf:results/perf/quality.md`),
-    ``islands`` (4: populations of ``population / islands`` raced by successive halving; 1: one
-    population; used only when each island gets at least :data:`ISLAND_FLOOR`),
-    ``mixed_islands`` (true, the default: the first half of the islands start from the
-    seed plans and the rest from random individuals, and a halving keeps the better half of
-    each kind while each kind has two or more: with 4 islands, one of each survives the first
-    halving; it overrides ``seed_islands``; false: ``seed_islands`` decides),
-    ``seed_islands`` (with ``mixed_islands=false`` only; true: every island starts from the
-    seed plans; false: islands start from random individuals and the seed plans only bound
-    the result), ``restarts`` (rounds: the budget split into this many independent runs, the
-    best wins; ``auto``, the default: :func:`auto_restarts`, as many as give each round at
-    least ``max(1000000, 64*S*(B-1))`` evaluations, at most 8; 1 without an evaluation
-    budget), ``race``
-    (0.25: the budget fraction by which one island is left), ``revive`` (the budget fraction
-    the last island may go without improving before the best stopped island resumes;
-    ``auto``, the default: 0.15 in stash, 0 in recompute, :data:`REVIVE_AUTO`),
-    ``descent`` (true, the default: add the stage descent from the best seed plan to the
-    seed plans, :mod:`.descent`, at most 10 % of an evaluation budget and only when that pays
-    for one sweep; false: the seed plans DGAP uses),
-    ``sync_rate`` (recompute: probability that a mutated offspring also gives one stage's
-    backward partition its forward one or the reverse; 0.5),
-    ``copy_rate``
-    (probability that a mutation also copies one stage's partition onto a neighbour stage:
-    aligned neighbours are common in good plans), ``backend`` (auto, numba, numpy, torch,
-    python), ``device`` (torch backend: e.g. ``cuda``) and ``threads`` (numba backend: the
-    population split over this many threads; ``auto``, the default: 2 threads for an
-    evaluator call whose work ``N*S*B`` is at least :data:`..search.threads.AUTO_WORK`, else 1,
-    :mod:`..search.threads`), ``schedule`` (``family``: the plan space from
-    GPipe to 1F1B, per-stage in-flight cap genes beside the two chromosomes, seeded with the
-    best GPipe-EDP and 1F1B-EDP plans that fit, docs/SCHEDULES.md; ``gpipe``: the GPipe
-    schedule only, any backend) and ``cap_rate`` (expected cap genes redrawn per mutation).
+    Settings: the table :data:`SETTINGS` (docs/SETTINGS.md); the measurements behind each
+    default are in this module's docstring.
     """
 
     name = "tidgap"
     #: The cap of the work floor; :meth:`plan` without a budget uses :meth:`budget_for`.
     default_budget = f"evals:{BUDGET_CAP}"
-    defaults = {**GA_DEFAULTS, "population": 1024, "flip_rate": 1.0, "shift_rate": 8.0,
-                "copy_rate": 1.0, "sync_rate": 0.5,
-                "islands": 4, "race": 0.25, "revive": "auto", "seed_islands": True,
-                "mixed_islands": True, "restarts": "auto", "descent": True,
-                "backend": "auto", "device": "", "threads": "auto", "schedule": "family",
-                "cap_rate": 1.0}
+    defaults = SETTINGS
 
     def budget_for(self, problem: Problem) -> str:
         """The default budget on ``problem`` (:func:`default_evaluations`)."""
@@ -178,24 +184,6 @@ class TiDGAP(SearchPlanner):
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         s = check_ga_settings(self.name, settings)
-        if s["backend"] not in BACKENDS:
-            raise PlannerError(
-                f"planner {self.name!r}: backend {s['backend']!r} unknown; valid: "
-                f"{', '.join(BACKENDS)}")
-        if not 0.0 <= s["copy_rate"] <= 1.0:
-            raise PlannerError(f"planner {self.name!r}: copy_rate must be in [0, 1]")
-        if not 0.0 <= s["sync_rate"] <= 1.0:
-            raise PlannerError(f"planner {self.name!r}: sync_rate must be in [0, 1], got "
-                               f"{s['sync_rate']}")
-        s["revive"] = parse_revive(self.name, s["revive"])
-        if s["islands"] < 1:
-            raise PlannerError(f"planner {self.name!r}: islands must be >= 1, got "
-                               f"{s['islands']}")
-        s["restarts"] = parse_restarts(self.name, s["restarts"])
-        if not 0.0 < s["race"] <= 1.0:
-            raise PlannerError(f"planner {self.name!r}: race must be in (0, 1], got "
-                               f"{s['race']}")
-        s["threads"] = parse_threads(self.name, s["threads"])
         check_schedule_setting(self.name, s)
         return s
 
