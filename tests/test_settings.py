@@ -40,7 +40,7 @@ OUT_OF_RANGE = [
     ("random-search", {"backend": "fast"}, "backend must be 'auto', 'numba'"),
     ("optuna-tpe", {"n_startup_trials": -1}, "n_startup_trials must be >= 0"),
     ("optuna-tpe", {"backend": "fast"}, "backend must be 'auto'"),
-    ("exact", {"space": "all"}, "space must be 'auto', 'family' or 'gpipe'"),
+    ("exact", {"schedule": "all"}, "schedule must be 'auto', 'capped' or 'gpipe'"),
     ("exact", {"max_evaluations": 0}, "max_evaluations must be >= 1"),
     ("cmaes", {"sigma0": 0}, "sigma0 must be > 0"),
     ("optuna-cmaes", {"sigma0": -1}, "sigma0 must be > 0"),

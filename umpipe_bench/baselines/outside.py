@@ -4,7 +4,7 @@ Each library's own ask/tell runs inside the project's one search loop
 (:class:`umpipe_bench.planners.search.loop.SearchLoop`, which owns the budget, the evaluation count
 and the typed history) on :class:`umpipe_bench.api.PipelineObjective`, the public objective
 any researcher gets (README "Bring your own optimizer"): a flat integer genome (cut bits,
-docs/MODEL.md §2; in the ``capped`` family also in-flight caps, docs/SCHEDULES.md) evaluated
+docs/MODEL.md §2; with ``schedule=capped`` also in-flight caps, docs/SCHEDULES.md) evaluated
 in batches by the family evaluator (MODEL.md §4). Every planner first evaluates EDP(M) for
 ``M = 1..B`` (``B`` counted evaluations) and starts its search from the best one, so it is
 never worse than GPipe-EDP; that plan is its starting point.
@@ -51,10 +51,11 @@ PENALTY = 1e3
 
 #: The settings every outside planner has (a planner may change a default or add its own).
 COMMON = SettingsTable(
-    Setting("family", str, "gpipe", "gpipe: the genome is the cut bits, plans run under "
-            "GPipe; capped: cut bits and per-stage in-flight caps (docs/SCHEDULES.md)",
-            choices=("gpipe", "capped")),
+    Setting("schedule", str, "gpipe", "gpipe: the genome is the cut bits, plans run under "
+            "GPipe; capped: cut bits and per-stage in-flight caps, the capped schedule "
+            "(docs/SCHEDULES.md)", choices=("gpipe", "capped")),
     Setting("popsize", int, 32, "candidates per ask/tell batch", low=2),
+    renamed={"family": "schedule"},
 )
 #: CMA-ES's step size, in units of the genome's range.
 SIGMA0 = Setting("sigma0", float, 0.3, "initial CMA-ES step size (a fraction of each gene's "
@@ -151,7 +152,7 @@ class OutsidePlanner(SearchPlanner):
                 f"planner {self.name!r}: budget evals:{budget.evaluations} leaves no batch "
                 f"after the EDP scan it starts with (B = {problem.B} evaluations, then "
                 f"{s['popsize']} per batch)")
-        objective = PipelineObjective(problem, mode, s["family"])
+        objective = PipelineObjective(problem, mode, s["schedule"])
         algo = self.algorithm(objective, s, seed, budget.evaluations)
         loop = SearchLoop(objective, Termination(budget, self.name), progress, self.name)
         with warnings.catch_warnings(), _quiet_optuna():  # e.g. experimental with_margin
@@ -364,7 +365,7 @@ class _PymooGA(LibraryAlgorithm):
 class PymooGA(OutsidePlanner):
     """pymoo's GA with binary operators: two-point crossover, bit-flip mutation; the initial
     population is the best EDP plus random plans (per chromosome a microbatch count
-    log-uniform in 1..B, as the project's GAs draw them). Binary genome: gpipe family only."""
+    log-uniform in 1..B, as the project's GAs draw them). Binary genome: schedule gpipe only."""
 
     name = "pymoo-ga"
     library = "pymoo"
@@ -372,7 +373,7 @@ class PymooGA(OutsidePlanner):
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         settings = super().check_settings(settings)
-        if settings["family"] != "gpipe":
-            raise PlannerError(f"planner {self.name!r}: its binary operators need family "
+        if settings["schedule"] != "gpipe":
+            raise PlannerError(f"planner {self.name!r}: its binary operators need schedule "
                                "'gpipe' (cut bits only)")
         return settings

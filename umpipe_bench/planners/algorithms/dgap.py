@@ -98,7 +98,7 @@ def make_toolbox(problem: Problem, mode: str, settings: dict[str, Any]) -> base.
     S, B = problem.S, problem.B
     stage_len = B - 1
     flip, shift = float(settings["flip_rate"]), float(settings["shift_rate"])
-    family = settings.get("schedule", "gpipe") == "family"
+    family = settings.get("schedule", "gpipe") == "capped"
     cap_rate = float(settings.get("cap_rate", 0.0))
     nbits = 2 if mode == "recompute" else 1
 
@@ -280,7 +280,7 @@ class DGAP(SearchPlanner):
 
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
                        ) -> Objective:
-        if settings["schedule"] == "family":
+        if settings["schedule"] == "capped":
             return FamilyObjective(problem, mode, "python")
         return CutBitsObjective(problem, mode, "python")
 

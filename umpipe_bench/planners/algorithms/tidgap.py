@@ -190,7 +190,7 @@ class TiDGAP(SearchPlanner):
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
                        ) -> Objective:
         objective: CutBitsObjective | FamilyObjective
-        if settings["schedule"] == "family":
+        if settings["schedule"] == "capped":
             objective = FamilyObjective(problem, mode)
         else:
             objective = CutBitsObjective(problem, mode, str(settings["backend"]),

@@ -42,9 +42,9 @@ GA_DEFAULTS = SettingsTable(
 
 #: The schedule a GA searches (docs/SCHEDULES.md) and how often its cap genes mutate.
 SCHEDULE_SETTINGS = SettingsTable(
-    Setting("schedule", str, "family", "family: per-stage in-flight cap genes beside the "
-            "chromosomes, the schedules from GPipe to 1F1B (backend auto or numba); gpipe: the "
-            "GPipe schedule only", choices=("family", "gpipe")),
+    Setting("schedule", str, "capped", "capped: the capped schedule, per-stage in-flight cap "
+            "genes beside the chromosomes, GPipe to 1F1B (backend auto or numba); gpipe: the "
+            "GPipe schedule only", choices=("capped", "gpipe"), aliases={"family": "capped"}),
     Setting("cap_rate", float, 1.0, "expected cap genes redrawn per mutated offspring",
             low=0.0),
 )
@@ -76,13 +76,13 @@ def min_population(settings: dict[str, Any]) -> int:
 
 
 def check_schedule_setting(planner: str, settings: dict[str, Any]) -> None:
-    """``schedule=family`` needs the numba evaluator: backend auto or numba
+    """``schedule=capped`` needs the numba evaluator: backend auto or numba
     (docs/SCHEDULES.md); the table (:data:`SCHEDULE_SETTINGS`) checks each value alone."""
-    if settings["schedule"] == "family" and settings.get("backend", "auto") not in (
+    if settings["schedule"] == "capped" and settings.get("backend", "auto") not in (
             "auto", "numba"):
         raise PlannerError(
             f"planner {planner!r}: backend {settings['backend']!r} evaluates the GPipe "
-            "schedule only; the schedule family needs backend auto or numba (or set "
+            "schedule only; the capped schedule needs backend auto or numba (or set "
             "schedule=gpipe)")
 
 
@@ -93,7 +93,7 @@ def ga_population(planner: str, problem: Problem, mode: str, settings: dict[str,
     ``settings["population"]``."""
     from .caps import extra_family_seeds
 
-    extra = extra_family_seeds(problem, mode) if settings["schedule"] == "family" else 0
+    extra = extra_family_seeds(problem, mode) if settings["schedule"] == "capped" else 0
     P = population_size(planner, problem, settings, budget, extra_seeds=extra,
                         descent=descent)
     settings["population"] = P

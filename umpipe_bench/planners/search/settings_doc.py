@@ -45,8 +45,8 @@ def settings_markdown(planners: Sequence[tuple[str, SettingsTable | str]],
             accepts = s.expected() if s.auto else s.range_text()
             note = " *(experimental)*" if s.experimental else ""
             if s.aliases:
-                note += " Former value" + ("s " if len(s.aliases) > 1 else " ") + ", ".join(
-                    f"`{a}` = `{b}`" for a, b in s.aliases.items()) + "."
+                note += " (former value" + ("s " if len(s.aliases) > 1 else " ") + ", ".join(
+                    f"`{a}` = `{b}`" for a, b in s.aliases.items()) + ")"
             out.append(f"| `{s.name}` | {s.type.__name__} | `{default}` | {_cell(accepts)} | "
                        f"{_cell(s.effect)}{_cell(note)} |")
         if table.renamed:
