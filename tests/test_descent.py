@@ -95,7 +95,7 @@ def test_the_allowance_bounds_the_evaluations():
 def test_allowance_rule():
     p = synthetic_problem(4, 16, 0)
     one = sweep_cost(4, 16, "stash", True)
-    on = {"descent": True, "schedule": "family"}
+    on = {"descent": True, "schedule": "capped"}
     assert descent_allowance(p, "stash", {"descent": False}, 10**9) == 0
     assert descent_allowance(p, "stash", on, None) is None
     need = int(np.ceil(one / DESCENT_SHARE))

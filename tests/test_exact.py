@@ -72,9 +72,9 @@ def brute_force_family(problem, mode):
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_exact_equals_brute_force(name, mode):
     problem = TINY[name]()
-    res = get_planner("exact", space="gpipe").plan(problem, mode=mode)
+    res = get_planner("exact", schedule="gpipe").plan(problem, mode=mode)
     assert res.iteration_time == brute_force(problem, mode)
-    assert res.settings["space"] == "gpipe"
+    assert res.settings["schedule"] == "gpipe"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -82,7 +82,7 @@ def test_exact_equals_brute_force(name, mode):
 def test_exact_over_the_family_equals_brute_force(name, mode):
     problem = TINY[name]()
     res = get_planner("exact").plan(problem, mode=mode)
-    assert res.settings["space"] == "family"
+    assert res.settings["schedule"] == "capped"
     assert res.iteration_time == brute_force_family(problem, mode)
     assert res.iteration_time <= brute_force(problem, mode)
     assert res.schedule == ("gpipe" if res.plan.caps is None else "capped")
@@ -90,10 +90,11 @@ def test_exact_over_the_family_equals_brute_force(name, mode):
 
 def test_exact_refuses_the_family_when_told_and_too_large():
     problem = synthetic_problem(3, 6, 0)
-    with pytest.raises(PlannerError, match="schedule family"):
-        get_planner("exact", space="family").plan(problem, mode="recompute")
-    with pytest.raises(PlannerError, match="space must be"):
-        get_planner("exact", space="all").plan(problem, mode="stash")
+    for told in ({"schedule": "capped"}, {"space": "family"}):  # the former name and value too
+        with pytest.raises(PlannerError, match="the capped schedule"):
+            get_planner("exact", **told).plan(problem, mode="recompute")
+    with pytest.raises(PlannerError, match="schedule must be"):
+        get_planner("exact", schedule="all")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -124,7 +125,7 @@ def test_gas_reach_exact(planner, mode, S, B, pseed):
     0-2 only by luck: TiDGAP's runs stop at +0.42-0.48 % on some seeds of (3, 4, 1) and
     (2, 6, 2), a local optimum one coordinated change away (100k evaluations reach it)."""
     problem = synthetic_problem(S, B, pseed)
-    T_exact = get_planner("exact", space=GA_SPACE).plan(problem, mode=mode).iteration_time
+    T_exact = get_planner("exact", schedule=GA_SPACE).plan(problem, mode=mode).iteration_time
     seeds = range(10) if planner == "tidgap" else range(3)
     gaps = [get_planner(planner).plan(problem, mode=mode, budget="evals:3000", seed=seed)
             .iteration_time / T_exact - 1 for seed in seeds]

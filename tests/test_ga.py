@@ -69,11 +69,23 @@ def test_tidgap_other_backends(backend):
     assert res.iteration_time <= res.start_time * (1 + 1e-12)
 
 
-def test_the_family_needs_the_numba_evaluator_and_says_so_at_construction():
-    with pytest.raises(PlannerError, match="schedule family needs backend auto or numba"):
+def test_the_capped_schedule_needs_the_numba_evaluator_and_says_so_at_construction():
+    with pytest.raises(PlannerError, match="capped schedule needs backend auto or numba"):
         TiDGAP(backend="numpy")
-    with pytest.raises(PlannerError, match="schedule must be 'family' or 'gpipe'"):
+    with pytest.raises(PlannerError, match="schedule must be 'capped' or 'gpipe'"):
         TiDGAP(schedule="1f1b")
+
+
+def test_the_former_value_family_is_read_as_capped():
+    """Plan files, matrices and rows written with ``schedule=family`` still run the same
+    search, and record the current name."""
+    assert TiDGAP().config["schedule"] == "capped"
+    assert TiDGAP(schedule="family").config == TiDGAP().config
+    a = TiDGAP(population=16, schedule="family").plan(PROBLEM, mode="stash",
+                                                       budget="evals:600", seed=1)
+    b = TiDGAP(population=16, schedule="capped").plan(PROBLEM, mode="stash",
+                                                       budget="evals:600", seed=1)
+    assert a.iteration_time == b.iteration_time and a.plan == b.plan
 
 
 def test_progress_bar_runs():

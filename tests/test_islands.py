@@ -84,7 +84,6 @@ def test_islands_draw_their_own_random_individuals():
     ({"islands": 0}, "islands must be >= 1"),
     ({"race": 0.0}, "race must be in"),
     ({"race": 1.5}, "race must be in"),
-    ({"polish": 0.2}, "polish needs islands=1"),
 ])
 def test_island_settings_are_checked_at_construction(settings, message):
     with pytest.raises(PlannerError, match=message):

@@ -50,18 +50,26 @@ def test_budget_is_never_exceeded_and_history_is_typed(name):
 def test_settings_are_checked_when_the_planner_is_built():
     with pytest.raises(PlannerError, match="unknown setting"):
         outside.OptunaGA(population=3)
-    with pytest.raises(PlannerError, match="family must be"):
+    with pytest.raises(PlannerError, match="schedule must be 'gpipe' or 'capped', got '1f1b'"):
+        outside.NevergradNGOpt(schedule="1f1b")
+    with pytest.raises(PlannerError, match="binary operators need schedule 'gpipe'"):
+        outside.PymooGA(schedule="capped")
+
+
+def test_the_former_setting_name_family_is_read_as_schedule():
+    """Matrices and leaderboard rows written with ``family=`` still build the same planner."""
+    assert outside.NevergradNGOpt(family="capped").config == outside.NevergradNGOpt(
+        schedule="capped").config
+    with pytest.raises(PlannerError, match="schedule must be"):
         outside.NevergradNGOpt(family="1f1b")
-    with pytest.raises(PlannerError, match="binary operators need family 'gpipe'"):
-        outside.PymooGA(family="capped")
     with pytest.raises(PlannerError, match="leaves no batch"):
         outside.PymooGA().plan(synthetic_problem(2, 8, 0), budget="evals:5")
 
 
-def test_capped_family_genomes_reach_capped_plans():
+def test_capped_genomes_reach_capped_plans():
     pytest.importorskip("nevergrad")
     p = synthetic_problem(4, 16, 0)
-    res = outside.NevergradDiscreteOnePlusOne(family="capped").plan(
+    res = outside.NevergradDiscreteOnePlusOne(schedule="capped").plan(
         p, mode="stash", budget="evals:200", seed=0)
     assert res.schedule in ("gpipe", "capped")
     assert np.isfinite(res.iteration_time) and res.iteration_time <= res.start_time

@@ -126,7 +126,7 @@ def test_h0_unequal_microbatches_gain_nothing(S, B, mode):
     the capped family: there a per-stage cap plus one stage's larger microbatches can gain a
     few per cent even on identical stages; docs/SIMNETS.md.)"""
     p = family_problem("mix", S, B, 0.0, 0)
-    opt = get_planner("exact", space="gpipe").plan(p, mode=mode).iteration_time
+    opt = get_planner("exact", schedule="gpipe").plan(p, mode=mode).iteration_time
     assert opt == pytest.approx(best_edp(p, mode, "gpipe")[1], rel=1e-12)
 
 

@@ -1,8 +1,7 @@
-"""TiDGAP's default budget (grows with S*(B-1)) and the ``polish`` setting."""
+"""TiDGAP's default budget (grows with S*(B-1)) and its restart rounds."""
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 
@@ -13,7 +12,6 @@ from umpipe_bench.planners.algorithms.tidgap import (
     MAX_RESTARTS,
     ROUND_FLOOR,
     TiDGAP,
-    TiDGAPEngine,
     auto_restarts,
     default_evaluations,
 )
@@ -54,43 +52,12 @@ def test_plan_without_a_budget_uses_the_problem_budget(monkeypatch):
     assert res.evaluations <= 500
 
 
-@pytest.mark.parametrize("bad", [-0.1, 1.0, 2])
-def test_polish_is_checked_at_construction(bad):
-    with pytest.raises(PlannerError, match="polish must be in"):
-        TiDGAP(polish=bad)
-
-
-@pytest.mark.parametrize("mode", ["stash", "recompute"])
-def test_polish_spends_the_budget_tail_on_local_generations_and_keeps_the_contract(mode):
-    """With ``polish``, the generations after (1 - polish) of the budget are local ones (every
-    offspring is the best plus one move); the best never gets worse; evaluations <= budget."""
-    budget = 3000
-    res = TiDGAP(population=32, polish=0.5, islands=1).plan(SMALL, mode=mode, seed=2,
-                                                 budget=f"evals:{budget}")
-    assert res.evaluations <= budget
-    best = [r.best for r in res.history]
-    assert all(b2 <= b1 for b1, b2 in itertools.pairwise(best))
-    planner = TiDGAP(population=32, polish=0.5, islands=1)
-    settings = dict(planner.config)
-    objective = planner.make_objective(SMALL, mode, settings)
-    eng = TiDGAPEngine(SMALL, mode, settings, 32, 2, objective, evaluations=budget)
-    eng.initialize()
-    phases = []
-    while eng.used + eng.ask_size() <= budget:
-        eng.step()
-        phases.append((eng.used, eng.polishing))
-    assert any(p for _, p in phases) and not phases[0][1]
-    first = next(u for u, p in phases if p)
-    assert first >= budget * 0.5 and all(p for u, p in phases if u > first)
-    assert eng.phase == "local"
-
-
-def test_no_polish_without_an_evaluation_budget():
-    eng = TiDGAPEngine(SMALL, "stash", dict(TiDGAP(polish=0.5, islands=1).config), 16, 0,
-                       TiDGAP().make_objective(SMALL, "stash", dict(TiDGAP().config)),
-                       evaluations=None)
-    assert eng.polish_from is None
-    assert Budget.parse("gens:3").evaluations is None
+@pytest.mark.parametrize("name", ["patience", "polish"])
+def test_the_local_search_settings_are_gone(name):
+    """``patience`` and ``polish`` (local generations around the best) did not help at the
+    default budget and left the planner: passing one is an unknown setting."""
+    with pytest.raises(PlannerError, match=f"unknown setting.*{name}"):
+        TiDGAP(**{name: 1})
 
 
 def test_plan_json_records_the_budget_the_planner_used(monkeypatch, capsys):

@@ -13,7 +13,7 @@ from umpipe_bench.synthetic import synthetic_problem
 
 
 def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, shift=2.0,
-          stage_len=None, local=False, best=0, seed=0, cur_b=None, cur_k=None, cap_rate=0.0,
+          stage_len=None, seed=0, cur_b=None, cur_k=None, cap_rate=0.0,
           B=2, copy=0.0, sync=0.0):
     rng = np.random.default_rng(seed)
     P, L = cur_f.shape
@@ -25,7 +25,7 @@ def _vary(cur_f, times, n_off, *, tournament=2, cxpb=0.7, mutpb=0.6, flip=1.0, s
     ck = np.zeros((P, 0), np.int64) if cur_k is None else cur_k
     nk = np.zeros_like(ck)
     args = (cur_f, cb, times, nf, nb, nt, n_off, tournament, cxpb, mutpb, flip, shift, copy,
-            stage_len or L, recompute, local, best, ck, nk, cap_rate, B,
+            stage_len or L, recompute, ck, nk, cap_rate, B,
             V.cap_ties(ck, B), sync, np.zeros(1, np.int64))
     nc = V.vary(rng.random(8), *args)
     assert nc == -1  # too few uniforms: says so, the caller draws more
@@ -90,20 +90,6 @@ def test_changed_offspring_come_first():
     for k in range(nc, 30):  # an unchanged offspring is a copy of a parent with that time
         match = np.flatnonzero((cur == nf[k]).all(axis=1))
         assert any(times[j] == nt[k] for j in match)
-
-
-@pytest.mark.parametrize("recompute", [False, True])
-def test_local_generation_is_one_move_from_the_best(recompute):
-    rng = np.random.default_rng(4)
-    P, S, Ls = 8, 3, 6
-    cur = (rng.random((P, S * Ls)) < 0.4).astype(np.uint8)
-    cur_b = (rng.random((P, S * Ls)) < 0.4).astype(np.uint8) if recompute else None
-    times = np.arange(P, dtype=float)
-    nc, nf, nb, _ = _vary(cur, times, 7, stage_len=Ls, local=True, best=2, cur_b=cur_b)
-    assert nc == 7
-    for k in range(7):
-        d = int((nf[k] != cur[2]).sum()) + (int((nb[k] != cur_b[2]).sum()) if recompute else 0)
-        assert d in (1, 2)  # one flip, or one shift (two bits swap)
 
 
 def test_elite_rows_are_distinct_and_best_first():
@@ -227,7 +213,7 @@ def test_vary_reads_a_prefix_and_says_how_long():
         nt = np.full(P, np.nan)
         used = np.zeros(1, np.int64)
         nc = V.vary(buf, cur_f, cur_b, times, nf, nb, nt, P - 2, 3, 0.7, 0.6, 1.0, 8.0, 1.0,
-                    Ls, True, False, 0, cur_k, nk, 1.0, 8, V.cap_ties(cur_k, 8), 0.5, used)
+                    Ls, True, cur_k, nk, 1.0, 8, V.cap_ties(cur_k, 8), 0.5, used)
         assert nc > 0
         return int(used[0]), nc, (nf, nb, nk, nt)
 
@@ -262,11 +248,11 @@ class _ShortDraw(TiDGAPEngine):
 def test_prefix_draws_keep_the_random_stream(mode, family):
     """Drawing a prefix and advancing the generator past the rest is the same stream as
     drawing everything: the same populations generation by generation, also when every
-    prefix is too short, and through local and restart generations (``patience``)."""
+    prefix is too short."""
     from umpipe_bench.planners.evaluation.objective import CutBitsObjective, FamilyObjective
 
     pr = synthetic_problem(5, 12, 1)
-    settings = dict(TiDGAP(patience=2).config)
+    settings = dict(TiDGAP().config)
     runs = []
     for cls in (TiDGAPEngine, _FullDraw, _ShortDraw):
         obj = FamilyObjective(pr, mode) if family else CutBitsObjective(pr, mode)
@@ -275,14 +261,11 @@ def test_prefix_draws_keep_the_random_stream(mode, family):
         trace = []
         for _ in range(60):
             eng.step()
-            trace.append((eng.phase, eng.pop_f.copy(), eng.pop_b.copy(), eng.pop_k.copy(),
+            trace.append((eng.pop_f.copy(), eng.pop_b.copy(), eng.pop_k.copy(),
                           eng.times.copy()))
         runs.append((trace, eng.rng.random()))
-    phases = {p for p, *_ in runs[0][0]}
-    assert {"local", "ga"} <= phases  # the local generations were exercised
     for other in runs[1:]:
         assert other[1] == runs[0][1]  # the generator ends at the same place
-        for (p1, *a1), (p2, *a2) in zip(runs[0][0], other[0]):
-            assert p1 == p2
+        for a1, a2 in zip(runs[0][0], other[0]):
             for x, y in zip(a1, a2):
                 np.testing.assert_array_equal(x, y)

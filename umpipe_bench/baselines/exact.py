@@ -13,15 +13,16 @@ pass depends on the forward partitions only through each stage's last forward en
 Evaluations go through the numba population evaluator, bit-identical to the reference; ties go
 to the first plan in enumeration order (forward bits as a binary number, stage 0 first).
 
-The schedule family (docs/SCHEDULES.md): with ``space="auto"`` (default) the search also
+The capped schedule (docs/SCHEDULES.md): with ``schedule="auto"`` (default) the search also
 enumerates every per-stage in-flight cap ``K[s]`` in ``B, B-1, ..., 1`` (``B^S`` cap vectors
 per partition, uncapped first, so ties keep the GPipe plan) wherever that fits the limit:
 ``2^(S(B-1)) * B^S`` evaluations in stash mode through the family's numba evaluator (e.g.
 S=2, B=8: about 10^6). Recompute mode has no Pareto shortcut under caps (its backward no longer
 depends on the forward through ``F[s, K_s]`` alone), so there the family is enumerated only
 when ``4^(S(B-1)) * B^S`` fits, and otherwise the GPipe space is, and the result says which
-(``settings["space"]``): ``space="family"`` refuses instead, ``space="gpipe"`` never enumerates
-caps. Plans that exceed a memory cap (docs/SCHEDULES.md §4) count as infinitely slow.
+(``settings["schedule"]``): ``schedule="capped"`` refuses instead, ``schedule="gpipe"`` never
+enumerates caps (the setting's former name ``space`` and value ``family`` are still accepted).
+Plans that exceed a memory cap (docs/SCHEDULES.md §4) count as infinitely slow.
 
 The search is exhaustive or refused: it refuses, with a :class:`PlannerError` naming the
 limit, any problem that needs more than ``max_evaluations`` (default 2^22, a few seconds) or
@@ -39,10 +40,10 @@ import numpy as np
 
 from umpipe_bench.memory import MemoryCapError, capacities, memory_figures
 from umpipe_bench.planners.evaluation.encoding import bits_to_plan, codes_to_bits
-from umpipe_bench.planners.evaluation.evaluator import PopulationEvaluator
+from umpipe_bench.planners.evaluation.evaluator import BACKENDS, PopulationEvaluator
 from umpipe_bench.planners.evaluation.family import FamilyEvaluator
 from umpipe_bench.planners.search.base import Budget, Planner, PlannerError, PlanResult
-from umpipe_bench.planners.search.settings import resolve_settings
+from umpipe_bench.planners.search.settings import Setting, SettingsTable, resolve_settings
 from umpipe_bench.problem import Problem
 from umpipe_bench.simulator import gpipe_recurrence, simulate
 
@@ -72,7 +73,16 @@ class Exact(Planner):
 
     name = "exact"
     default_budget = "evals:4194304"
-    defaults = {"max_evaluations": 1 << 22, "backend": "auto", "space": "auto"}
+    defaults = SettingsTable(
+        Setting("max_evaluations", int, 1 << 22, "refuse a problem whose enumeration needs "
+                "more evaluations (the evaluation budget caps it too)", low=1),
+        Setting("backend", str, "auto", "evaluator of the GPipe schedule", choices=BACKENDS),
+        Setting("schedule", str, "auto", "capped: every partition and cap vector of the "
+                "capped schedule; gpipe: GPipe plans only; auto: capped when it fits "
+                "max_evaluations, else gpipe", choices=("auto", "capped", "gpipe"),
+                aliases={"family": "capped"}),
+        renamed={"space": "schedule"},
+    )
 
     def _refuse(self, problem: Problem, mode: str, need: int, limit: int, why: str) -> None:
         raise PlannerError(
@@ -85,26 +95,23 @@ class Exact(Planner):
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
         s = resolve_settings(self.name, self.defaults, self.settings)
-        if s["space"] not in ("auto", "family", "gpipe"):
-            raise PlannerError(f"planner 'exact': space must be auto, family or gpipe, got "
-                               f"{s['space']!r}")
         limit = int(s["max_evaluations"])
         if budget.evaluations is not None:  # an evaluation budget caps the enumeration too
             limit = min(limit, int(budget.evaluations))
         S, B = problem.S, problem.B
         L = B - 1
         nbits = S * L
-        if s["space"] != "gpipe":
+        if s["schedule"] != "gpipe":
             n_family = (2 ** nbits if mode == "stash" else 4 ** nbits) * B ** S
             if n_family <= limit:
                 return self._family(problem, mode, s, n_family)
-            if s["space"] == "family":
+            if s["schedule"] == "capped":
                 self._refuse(problem, mode, n_family, limit,
-                             f"the schedule family (partitions x {B}^{S} cap vectors)")
+                             f"the capped schedule (partitions x {B}^{S} cap vectors)")
         if capacities(problem) is not None and memory_figures(problem, mode) is not None:
             raise PlannerError(
                 f"planner 'exact' refuses problem {problem.name!r} ({mode}) under a memory cap: "
-                "its GPipe-space search does not check memory, and the schedule family needs "
+                "its GPipe-space search does not check memory, and the capped schedule needs "
                 f"{(2 ** nbits if mode == 'stash' else 4 ** nbits) * B ** S:,} evaluations, "
                 f"over max_evaluations={limit:,}")
         if nbits > 62 or (1 << nbits) > limit:
@@ -156,7 +163,7 @@ class Exact(Planner):
         plan = bits_to_plan(fb, bb, mode)
         T_ref = gpipe_recurrence(problem, plan)
         return PlanResult(planner=self.name, plan=plan, iteration_time=T_ref, evaluations=evals,
-                          start_time=start, history=[], settings={**s, "space": "gpipe"})
+                          start_time=start, history=[], settings={**s, "schedule": "gpipe"})
 
     def _family(self, problem: Problem, mode: str, s: dict, n: int) -> PlanResult:
         """Every partition (both directions in recompute) times every cap vector."""
@@ -184,7 +191,7 @@ class Exact(Planner):
                         best = (float(T[i]), int(codes[i]), 0 if bc is None else bc, k)
         if not np.isfinite(best[0]):
             raise MemoryCapError(f"planner 'exact': no plan of problem {problem.name!r} "
-                                 f"({mode}) in the schedule family fits its memory caps")
+                                 f"({mode}) under the capped schedule fits its memory caps")
         fb = _bits(np.array([best[1]]), S, L)[0]
         bb = fb if mode == "stash" else _bits(np.array([best[2]]), S, L)[0]
         caps = tuple(int(c) for c in caps_all[best[3]])
@@ -195,4 +202,4 @@ class Exact(Planner):
         T = simulate(problem, plan).iteration_time
         return PlanResult(planner=self.name, plan=plan, iteration_time=T, evaluations=evals,
                           schedule="capped" if capped else "gpipe", start_time=start,
-                          history=[], settings={**s, "space": "family"})
+                          history=[], settings={**s, "schedule": "capped"})

@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 
 from umpipe_bench.planners.evaluation.encoding import edp_bits, edp_row
+from umpipe_bench.planners.evaluation.evaluator import BACKENDS
 from umpipe_bench.planners.evaluation.objective import Genomes, Objective
 from umpipe_bench.planners.search.base import Budget, PlannerError
 from umpipe_bench.planners.search.loop import Evaluate, SearchAlgorithm, SearchPlanner
+from umpipe_bench.planners.search.settings import Setting, SettingsTable
 from umpipe_bench.problem import Problem
 
 __all__ = ["OptunaTPE", "TPEAlgorithm"]
@@ -115,14 +117,15 @@ class OptunaTPE(SearchPlanner):
 
     name = "optuna-tpe"
     default_budget = "evals:2000,secs:120"
-    defaults = {"encoding": "bits", "seed_edp": True, "n_startup_trials": 10, "backend": "auto"}
-
-    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
-        if settings["encoding"] not in ("bits", "counts"):
-            raise PlannerError(
-                f"planner {self.name!r}: encoding must be 'bits' or 'counts', got "
-                f"{settings['encoding']!r}")
-        return settings
+    defaults = SettingsTable(
+        Setting("encoding", str, "bits", "bits: one categorical per cut bit; counts: one "
+                "microbatch count per stage (equal split)", choices=("bits", "counts")),
+        Setting("seed_edp", bool, True, "enqueue the best EDP plan (found by a scan of B "
+                "evaluations) as the first trial"),
+        Setting("n_startup_trials", int, 10, "random trials before TPE models the objective",
+                low=0),
+        Setting("backend", str, "auto", "evaluator of the GPipe schedule", choices=BACKENDS),
+    )
 
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective

@@ -4,7 +4,7 @@ Each library's own ask/tell runs inside the project's one search loop
 (:class:`umpipe_bench.planners.search.loop.SearchLoop`, which owns the budget, the evaluation count
 and the typed history) on :class:`umpipe_bench.api.PipelineObjective`, the public objective
 any researcher gets (README "Bring your own optimizer"): a flat integer genome (cut bits,
-docs/MODEL.md §2; in the ``capped`` family also in-flight caps, docs/SCHEDULES.md) evaluated
+docs/MODEL.md §2; with ``schedule=capped`` also in-flight caps, docs/SCHEDULES.md) evaluated
 in batches by the family evaluator (MODEL.md §4). Every planner first evaluates EDP(M) for
 ``M = 1..B`` (``B`` counted evaluations) and starts its search from the best one, so it is
 never worse than GPipe-EDP; that plan is its starting point.
@@ -40,6 +40,7 @@ from umpipe_bench.planners.search.loop import (
     SearchPlanner,
     Termination,
 )
+from umpipe_bench.planners.search.settings import Setting, SettingsTable
 from umpipe_bench.problem import Problem
 
 __all__ = ["CMAES", "NevergradDiscreteOnePlusOne", "NevergradNGOpt", "OptunaCMAES", "OptunaGA",
@@ -48,7 +49,17 @@ __all__ = ["CMAES", "NevergradDiscreteOnePlusOne", "NevergradNGOpt", "OptunaCMAE
 #: Told to a library instead of ``inf`` (a plan that does not fit memory): times the start.
 PENALTY = 1e3
 
-COMMON = {"family": "gpipe", "popsize": 32}
+#: The settings every outside planner has (a planner may change a default or add its own).
+COMMON = SettingsTable(
+    Setting("schedule", str, "gpipe", "gpipe: the genome is the cut bits, plans run under "
+            "GPipe; capped: cut bits and per-stage in-flight caps, the capped schedule "
+            "(docs/SCHEDULES.md)", choices=("gpipe", "capped")),
+    Setting("popsize", int, 32, "candidates per ask/tell batch", low=2),
+    renamed={"family": "schedule"},
+)
+#: CMA-ES's step size, in units of the genome's range.
+SIGMA0 = Setting("sigma0", float, 0.3, "initial CMA-ES step size (a fraction of each gene's "
+                 "range)", low=0.0, open_low=True)
 
 
 class LibraryAlgorithm(SearchAlgorithm):
@@ -122,18 +133,9 @@ class OutsidePlanner(SearchPlanner):
     """Common part: settings, the objective, the EDP start, the loop, the result."""
 
     default_budget: ClassVar[str] = "evals:2000,secs:120"
-    defaults: ClassVar[dict[str, Any]] = dict(COMMON)
+    defaults: ClassVar[SettingsTable] = COMMON
     library: ClassVar[str] = ""
     algorithm: ClassVar[type[LibraryAlgorithm]] = LibraryAlgorithm
-    min_popsize: ClassVar[int] = 2
-
-    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
-        if settings["family"] not in ("gpipe", "capped"):
-            raise PlannerError(f"planner {self.name!r}: family must be 'gpipe' or 'capped', "
-                               f"got {settings['family']!r}")
-        if settings["popsize"] < self.min_popsize:
-            raise PlannerError(f"planner {self.name!r}: popsize must be >= {self.min_popsize}")
-        return settings
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
@@ -150,7 +152,7 @@ class OutsidePlanner(SearchPlanner):
                 f"planner {self.name!r}: budget evals:{budget.evaluations} leaves no batch "
                 f"after the EDP scan it starts with (B = {problem.B} evaluations, then "
                 f"{s['popsize']} per batch)")
-        objective = PipelineObjective(problem, mode, s["family"])
+        objective = PipelineObjective(problem, mode, s["schedule"])
         algo = self.algorithm(objective, s, seed, budget.evaluations)
         loop = SearchLoop(objective, Termination(budget, self.name), progress, self.name)
         with warnings.catch_warnings(), _quiet_optuna():  # e.g. experimental with_margin
@@ -219,7 +221,7 @@ class OptunaCMAES(OutsidePlanner):
 
     name = "optuna-cmaes"
     library = "cmaes"
-    defaults = {**COMMON, "popsize": 16, "sigma0": 0.3}
+    defaults = COMMON.with_defaults(popsize=16).plus(SIGMA0)
     algorithm = _CMAES
 
 
@@ -228,7 +230,8 @@ class OptunaGA(OutsidePlanner):
 
     name = "optuna-ga"
     library = "optuna"
-    defaults = {**COMMON, "crossover_prob": 0.9}
+    defaults = COMMON.plus(Setting("crossover_prob", float, 0.9, "NSGA-II's probability "
+                                   "that a pair of parents mates", low=0.0, high=1.0))
     algorithm = _NSGA2
 
 
@@ -261,7 +264,7 @@ class CMAES(OutsidePlanner):
 
     name = "cmaes"
     library = "cmaes"
-    defaults = {**COMMON, "popsize": 16, "sigma0": 0.3}
+    defaults = COMMON.with_defaults(popsize=16).plus(SIGMA0)
     algorithm = _CMAwM
 
 
@@ -310,8 +313,8 @@ class NevergradNGOpt(OutsidePlanner):
 
     name = "nevergrad-ngopt"
     library = "nevergrad"
-    defaults = {**COMMON, "popsize": 1}  # one candidate per batch: gens:N = N evaluations
-    min_popsize = 1
+    #: one candidate per batch: gens:N = N evaluations
+    defaults = COMMON.plus(Setting("popsize", int, 1, "candidates per ask/tell batch", low=1))
     algorithm = _NGOpt
 
 
@@ -320,8 +323,7 @@ class NevergradDiscreteOnePlusOne(OutsidePlanner):
 
     name = "nevergrad-discrete11"
     library = "nevergrad"
-    defaults = {**COMMON, "popsize": 1}
-    min_popsize = 1
+    defaults = COMMON.plus(Setting("popsize", int, 1, "candidates per ask/tell batch", low=1))
     algorithm = _Discrete11
 
 
@@ -363,7 +365,7 @@ class _PymooGA(LibraryAlgorithm):
 class PymooGA(OutsidePlanner):
     """pymoo's GA with binary operators: two-point crossover, bit-flip mutation; the initial
     population is the best EDP plus random plans (per chromosome a microbatch count
-    log-uniform in 1..B, as the project's GAs draw them). Binary genome: gpipe family only."""
+    log-uniform in 1..B, as the project's GAs draw them). Binary genome: schedule gpipe only."""
 
     name = "pymoo-ga"
     library = "pymoo"
@@ -371,7 +373,7 @@ class PymooGA(OutsidePlanner):
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         settings = super().check_settings(settings)
-        if settings["family"] != "gpipe":
-            raise PlannerError(f"planner {self.name!r}: its binary operators need family "
+        if settings["schedule"] != "gpipe":
+            raise PlannerError(f"planner {self.name!r}: its binary operators need schedule "
                                "'gpipe' (cut bits only)")
         return settings

@@ -19,9 +19,11 @@ from typing import Any
 import numpy as np
 
 from umpipe_bench.planners.evaluation.encoding import random_bits
+from umpipe_bench.planners.evaluation.evaluator import BACKENDS
 from umpipe_bench.planners.evaluation.objective import Genomes, Objective
-from umpipe_bench.planners.search.base import Budget, PlannerError
+from umpipe_bench.planners.search.base import Budget
 from umpipe_bench.planners.search.loop import Evaluate, SearchAlgorithm, SearchPlanner
+from umpipe_bench.planners.search.settings import Setting, SettingsTable
 from umpipe_bench.problem import Problem
 
 __all__ = ["RandomSearch", "RandomSearchAlgorithm"]
@@ -77,12 +79,10 @@ class RandomSearch(SearchPlanner):
 
     name = "random-search"
     default_budget = "evals:200000"
-    defaults = {"batch": 128, "backend": "auto"}
-
-    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
-        if settings["batch"] < 1:
-            raise PlannerError(f"planner {self.name!r}: batch must be >= 1")
-        return settings
+    defaults = SettingsTable(
+        Setting("batch", int, 128, "random plans drawn and evaluated per generation", low=1),
+        Setting("backend", str, "auto", "evaluator of the GPipe schedule", choices=BACKENDS),
+    )
 
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -81,7 +81,7 @@ TuneError = InputError
 def search_space(planner: str) -> dict[str, tuple[str, float, float, bool]]:
     """The part of :data:`SEARCH_SPACE` that ``planner`` has settings for."""
     defaults = getattr(planner_class(planner), "defaults", None)
-    if not isinstance(defaults, dict):
+    if not isinstance(defaults, Mapping):
         raise TuneError(f"planner {planner!r} declares no 'defaults' settings: nothing to tune "
                         "(tune a GA planner: tidgap or dgap)")
     space = {k: v for k, v in SEARCH_SPACE.items() if k in defaults}

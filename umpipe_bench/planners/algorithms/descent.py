@@ -176,7 +176,7 @@ def descent_allowance(problem: Problem, mode: str, settings: dict[str, Any],
     if evaluations is None:
         return None
     allowance = int(DESCENT_SHARE * evaluations)
-    caps = settings.get("schedule", "family") == "family"
+    caps = settings.get("schedule", "capped") == "capped"
     return allowance if allowance >= sweep_cost(problem.S, problem.B, mode, caps) else 0
 
 

@@ -45,7 +45,13 @@ from ...simulator import gpipe_recurrence, simulate
 from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from ..search.base import Budget
 from ..search.caps import clamp_caps, memory_cap_limits, random_caps
-from ..search.ga import GA_DEFAULTS, check_ga_settings, check_schedule_setting, ga_population
+from ..search.ga import (
+    GA_DEFAULTS,
+    SCHEDULE_SETTINGS,
+    check_ga_settings,
+    check_schedule_setting,
+    ga_population,
+)
 from ..search.loop import Evaluate, History, SearchAlgorithm, SearchPlanner
 from ..search.operators import list_cap_crossover, list_cap_mutation, list_crossover, list_mutation
 from ..search.seeding import add_family_seeds, initial_population, seed_plans
@@ -92,7 +98,7 @@ def make_toolbox(problem: Problem, mode: str, settings: dict[str, Any]) -> base.
     S, B = problem.S, problem.B
     stage_len = B - 1
     flip, shift = float(settings["flip_rate"]), float(settings["shift_rate"])
-    family = settings.get("schedule", "gpipe") == "family"
+    family = settings.get("schedule", "gpipe") == "capped"
     cap_rate = float(settings.get("cap_rate", 0.0))
     nbits = 2 if mode == "recompute" else 1
 
@@ -258,15 +264,14 @@ class DGAPEngine(SearchAlgorithm):
 class DGAP(SearchPlanner):
     """Dual-chromosome GA on DEAP, reference fitness one individual at a time.
 
-    Settings (``--set``): population, cxpb, mutpb, flip_rate, shift_rate, tournament, elites,
-    edp_seeds, greedy_seeds (see :data:`..search.ga.GA_DEFAULTS`), ``schedule`` (``family``: cap
-    genes beside the chromosomes, fitness the list simulator one plan at a time, docs/SCHEDULES.md;
-    ``gpipe``: the GPipe recurrence) and ``cap_rate``.
+    Settings: :data:`..search.ga.GA_DEFAULTS` and :data:`..search.ga.SCHEDULE_SETTINGS`
+    (docs/SETTINGS.md); with cap genes the fitness is the list simulator one plan at a time,
+    without them the GPipe recurrence.
     """
 
     name = "dgap"
     default_budget = "evals:20000"
-    defaults = {**GA_DEFAULTS, "schedule": "family", "cap_rate": 1.0}
+    defaults = GA_DEFAULTS.plus(*SCHEDULE_SETTINGS.rows.values())
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         s = check_ga_settings(self.name, settings)
@@ -275,7 +280,7 @@ class DGAP(SearchPlanner):
 
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
                        ) -> Objective:
-        if settings["schedule"] == "family":
+        if settings["schedule"] == "capped":
             return FamilyObjective(problem, mode, "python")
         return CutBitsObjective(problem, mode, "python")
 

@@ -4,8 +4,7 @@ The operators are those of :mod:`.operators` (docs/MODEL.md §2 encoding): tourn
 selection, two-point crossover per chromosome with one mating decision per pair, and mutation
 per chromosome (bit flips, count ~ Binomial(len, flip_rate/len), then within-stage boundary
 shifts, count ~ Binomial(S*(stage_len-1), shift_rate/len), applied one after another as DEAP
-applies them). A ``local`` generation instead makes every offspring the best individual plus
-exactly one move (a flip or a shift): a sampled neighbourhood, the local search on the best.
+applies them).
 
 What makes a generation cheap (the loop around the evaluation, not the evaluation, was the cost):
 the population lives in preallocated ``[P, len]`` uint8 buffers (the current and the next
@@ -14,12 +13,12 @@ generation, swapped); the random numbers are one bulk draw of uniforms from the 
 generator itself into numba costs ~40 µs a call and ~90 ns a draw); a call reports how many it
 read (``used``), so the engine draws only about that many and advances the generator past the
 rest of its nominal draw, the same stream for ~15 µs less a generation at P = 256
-(:meth:`..algorithms.tidgap.TiDGAPEngine._vary_stream`); only ``O(changes)`` bytes
+(:meth:`..algorithms._tidgap_engine.TiDGAPEngine._vary_stream`); only ``O(changes)`` bytes
 are touched besides the one copy of each parent row; the offspring that changed are written
 first, so the evaluator reads one contiguous slice.
 
-Importing this module imports numba; :mod:`..algorithms.tidgap` imports it lazily (``cache=True``: a
-second process compiles nothing).
+Importing this module imports numba; :mod:`..algorithms._tidgap_engine` imports it lazily
+(``cache=True``: a second process compiles nothing).
 """
 
 from __future__ import annotations
@@ -95,29 +94,6 @@ def _mutate(u, c, row, L, stage_len, S, pflip, pshift, pcopy, f0, s0):  # pragma
 
 
 @njit(cache=True)
-def _one_move(u, c, row, L, stage_len, S):  # pragma: no cover - compiled
-    """One flip or one boundary shift; returns the next unused uniform (-1: ran out)."""
-    if c + 18 > u.shape[0]:
-        return -1
-    if stage_len >= 2 and u[c] < 0.5:
-        c += 1
-        npairs = S * (stage_len - 1)
-        for _ in range(8):  # a shift that moves a boundary (the pair differs)
-            k = _int(u, c, npairs)
-            c += 1
-            i = k + k // (stage_len - 1)  # pair k of stage k // (len-1): bits i, i+1
-            if row[i] != row[i + 1]:
-                a = row[i]
-                row[i] = row[i + 1]
-                row[i + 1] = a
-                return c
-    else:
-        c += 1
-    row[_int(u, c, L)] ^= 1
-    return c + 1
-
-
-@njit(cache=True)
 def _cross(u, c, a, b, L):  # pragma: no cover - compiled
     """Two-point crossover, cut points ``1 <= c1 < c2 <= L`` (DEAP's ``cxTwoPoint``)."""
     c1 = 1 + _int(u, c, L)
@@ -182,8 +158,8 @@ def uniforms_needed(n_off: int, tournament: int, flip_rate: float, shift_rate: f
 
 @njit(cache=True)
 def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxpb, mutpb,
-         flip_rate, shift_rate, copy_rate, stage_len, recompute, local, best,
-         cur_k, nxt_k, cap_rate, B, tie, sync_rate, used):  # pragma: no cover
+         flip_rate, shift_rate, copy_rate, stage_len, recompute, cur_k, nxt_k, cap_rate, B,
+         tie, sync_rate, used):  # pragma: no cover
     """Write ``n_off`` offspring of ``cur_*`` into rows ``0..n_off-1`` of ``nxt_*``, the
     changed ones first; copy the unchanged ones' times into ``nxt_times``. Returns the number
     of changed offspring (the rows to evaluate), or -1 when the uniforms ``u`` (drawn in bulk
@@ -193,7 +169,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
     ``cur_k``/``nxt_k`` are the in-flight cap genes ``[P, S]`` of the schedule family
     (docs/SCHEDULES.md; ``[P, 0]`` without them): they follow their parent, a mating pair
     swaps the caps of a random run of stages, a mutated offspring redraws each cap with
-    probability ``cap_rate / S``, and a local move is a cap move a quarter of the time.
+    probability ``cap_rate / S``.
 
     ``tie`` (``[P]``, lower wins) breaks a tournament between equal times (:func:`cap_ties`).
     In recompute, a mutated offspring then, with probability ``sync_rate``, copies one random
@@ -201,7 +177,7 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
 
     ``used`` (``int64[1]``) receives the number of uniforms read (a successful call reads a
     prefix of ``u``; the caller sizes its next draw by it,
-    :meth:`..algorithms.tidgap.TiDGAPEngine._vary_stream`).
+    :meth:`..algorithms._tidgap_engine.TiDGAPEngine._vary_stream`).
     """
     P, L = cur_f.shape
     S = L // stage_len if stage_len > 0 else 0
@@ -210,30 +186,25 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
     mate = np.zeros(n_off // 2, np.bool_)
     mut = np.zeros(n_off, np.bool_)
     c = 0
-    if local:
-        for k in range(n_off):
-            parent[k] = best
-            changed[k] = True
-    else:
-        if n_off * (tournament + 2) > u.shape[0]:
-            return -1
-        for k in range(n_off):
-            w = _int(u, c, P)
+    if n_off * (tournament + 2) > u.shape[0]:
+        return -1
+    for k in range(n_off):
+        w = _int(u, c, P)
+        c += 1
+        for _ in range(tournament - 1):
+            a = _int(u, c, P)
             c += 1
-            for _ in range(tournament - 1):
-                a = _int(u, c, P)
-                c += 1
-                if times[a] < times[w] or (times[a] == times[w] and tie[a] < tie[w]):
-                    w = a
-            parent[k] = w
-        if L >= 2:
-            for p in range(n_off // 2):
-                mate[p] = u[c] < cxpb
-                c += 1
-        for k in range(n_off):
-            mut[k] = u[c] < mutpb
+            if times[a] < times[w] or (times[a] == times[w] and tie[a] < tie[w]):
+                w = a
+        parent[k] = w
+    if L >= 2:
+        for p in range(n_off // 2):
+            mate[p] = u[c] < cxpb
             c += 1
-            changed[k] = mut[k] or (k // 2 < n_off // 2 and mate[k // 2])
+    for k in range(n_off):
+        mut[k] = u[c] < mutpb
+        c += 1
+        changed[k] = mut[k] or (k // 2 < n_off // 2 and mate[k // 2])
     pos = np.empty(n_off, np.int64)
     nc = 0
     for k in range(n_off):
@@ -257,23 +228,6 @@ def vary(u, cur_f, cur_b, times, nxt_f, nxt_b, nxt_times, n_off, tournament, cxp
         for i in range(Sk):
             nxt_k[d, i] = cur_k[a, i]
     if L == 0:
-        used[0] = c
-        return nc
-    if local:
-        for k in range(n_off):
-            if c + 4 > u.shape[0]:
-                return -1
-            if Sk > 0 and u[c] < 0.25:
-                s = _int(u, c + 1, Sk)
-                row = nxt_k[pos[k]]
-                row[s] = _new_cap(u, c + 2, row[s], B)
-                c += 4
-            elif recompute and u[c] < 0.625:
-                c = _one_move(u, c + 1, nxt_b[pos[k]], L, stage_len, S)
-            else:
-                c = _one_move(u, c + 1, nxt_f[pos[k]], L, stage_len, S)
-            if c < 0:
-                return -1
         used[0] = c
         return nc
     nchrom = 2 if recompute else 1

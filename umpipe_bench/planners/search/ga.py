@@ -15,22 +15,39 @@ from typing import Any
 from ...problem import Problem
 from .base import Budget, PlannerError
 from .seeding import seeding_evaluations
+from .settings import Setting, SettingsTable
 
-__all__ = ["AUTO_BITS", "AUTO_FLOOR", "AUTO_GENERATIONS", "GA_DEFAULTS", "check_ga_settings",
-           "min_population", "population_size"]
+__all__ = ["AUTO_BITS", "AUTO_FLOOR", "AUTO_GENERATIONS", "GA_DEFAULTS", "SCHEDULE_SETTINGS",
+           "check_ga_settings", "min_population", "population_size"]
 
-#: Defaults shared by DGAP and TiDGAP (chosen on the sim problems; see docs in the planners).
-GA_DEFAULTS: dict[str, Any] = {
-    "population": 128,
-    "cxpb": 0.7,
-    "mutpb": 0.6,
-    "flip_rate": 1.0,
-    "shift_rate": 2.0,
-    "tournament": 3,
-    "elites": 2,
-    "edp_seeds": 4,
-    "greedy_seeds": True,
-}
+#: The settings DGAP and TiDGAP share (defaults chosen on the sim problems; see the planners).
+GA_DEFAULTS = SettingsTable(
+    Setting("population", int, 128, "the largest population; fewer when the budget would buy "
+            "too few generations (population_size)", low=2),
+    Setting("cxpb", float, 0.7, "probability that a pair of parents mates (two-point "
+            "crossover per chromosome)", low=0.0, high=1.0),
+    Setting("mutpb", float, 0.6, "probability that an offspring is mutated", low=0.0, high=1.0),
+    Setting("flip_rate", float, 1.0, "expected cut bits flipped per mutated chromosome",
+            low=0.0),
+    Setting("shift_rate", float, 2.0, "expected microbatch boundaries shifted by one layer "
+            "position per mutated chromosome", low=0.0),
+    Setting("tournament", int, 3, "tournament size of the parent selection", low=1),
+    Setting("elites", int, 2, "best distinct individuals kept each generation (below "
+            "population)", low=1),
+    Setting("edp_seeds", int, 4, "best equal-split (EDP) plans in the initial population",
+            low=1),
+    Setting("greedy_seeds", bool, True, "add the local-greedy and greedy-dp plans to the "
+            "initial population"),
+)
+
+#: The schedule a GA searches (docs/SCHEDULES.md) and how often its cap genes mutate.
+SCHEDULE_SETTINGS = SettingsTable(
+    Setting("schedule", str, "capped", "capped: the capped schedule, per-stage in-flight cap "
+            "genes beside the chromosomes, GPipe to 1F1B (backend auto or numba); gpipe: the "
+            "GPipe schedule only", choices=("capped", "gpipe"), aliases={"family": "capped"}),
+    Setting("cap_rate", float, 1.0, "expected cap genes redrawn per mutated offspring",
+            low=0.0),
+)
 
 
 #: ``population`` is the largest population: an evaluation budget must also buy
@@ -46,21 +63,10 @@ AUTO_FLOOR = 128
 
 
 def check_ga_settings(planner: str, s: dict[str, Any]) -> dict[str, Any]:
-    """Range-check resolved GA settings (types were checked by :func:`.settings.coerce`)."""
-    if s["population"] < 2:
-        raise PlannerError(f"planner {planner!r}: population must be >= 2")
-    for k in ("cxpb", "mutpb"):
-        if not 0.0 <= s[k] <= 1.0:
-            raise PlannerError(f"planner {planner!r}: {k} must be in [0, 1], got {s[k]}")
-    for k in ("flip_rate", "shift_rate"):
-        if s[k] < 0:
-            raise PlannerError(f"planner {planner!r}: {k} must be >= 0, got {s[k]}")
-    if s["tournament"] < 1:
-        raise PlannerError(f"planner {planner!r}: tournament must be >= 1")
+    """What the table (:data:`GA_DEFAULTS`) cannot check alone: ``elites < population``."""
     if not 1 <= s["elites"] < s["population"]:
-        raise PlannerError(f"planner {planner!r}: elites must be in 1..population-1")
-    if s["edp_seeds"] < 1:
-        raise PlannerError(f"planner {planner!r}: edp_seeds must be >= 1 (the starting point)")
+        raise PlannerError(f"planner {planner!r}: elites must be in 1..population-1, got "
+                           f"elites={s['elites']}, population={s['population']}")
     return s
 
 
@@ -70,18 +76,13 @@ def min_population(settings: dict[str, Any]) -> int:
 
 
 def check_schedule_setting(planner: str, settings: dict[str, Any]) -> None:
-    """``schedule`` is ``family`` (needs the numba evaluator: backend auto or numba) or
-    ``gpipe`` (docs/SCHEDULES.md); ``cap_rate`` is >= 0."""
-    if settings["cap_rate"] < 0:
-        raise PlannerError(f"planner {planner!r}: cap_rate must be >= 0")
-    if settings["schedule"] not in ("family", "gpipe"):
-        raise PlannerError(f"planner {planner!r}: schedule must be 'family' or 'gpipe', got "
-                           f"{settings['schedule']!r}")
-    if settings["schedule"] == "family" and settings.get("backend", "auto") not in (
+    """``schedule=capped`` needs the numba evaluator: backend auto or numba
+    (docs/SCHEDULES.md); the table (:data:`SCHEDULE_SETTINGS`) checks each value alone."""
+    if settings["schedule"] == "capped" and settings.get("backend", "auto") not in (
             "auto", "numba"):
         raise PlannerError(
             f"planner {planner!r}: backend {settings['backend']!r} evaluates the GPipe "
-            "schedule only; the schedule family needs backend auto or numba (or set "
+            "schedule only; the capped schedule needs backend auto or numba (or set "
             "schedule=gpipe)")
 
 
@@ -92,7 +93,7 @@ def ga_population(planner: str, problem: Problem, mode: str, settings: dict[str,
     ``settings["population"]``."""
     from .caps import extra_family_seeds
 
-    extra = extra_family_seeds(problem, mode) if settings["schedule"] == "family" else 0
+    extra = extra_family_seeds(problem, mode) if settings["schedule"] == "capped" else 0
     P = population_size(planner, problem, settings, budget, extra_seeds=extra,
                         descent=descent)
     settings["population"] = P

@@ -1,0 +1,75 @@
+"""TiDGAP's budget, restart and revival defaults and the parsers of its ``auto`` settings.
+
+The figures that chose each default are in the comments below; the planner and its settings are
+:mod:`.tidgap`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...problem import Problem
+from ..search.base import Budget
+from ..search.settings import auto_or
+
+__all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_RESTARTS",
+           "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "auto_restarts", "default_evaluations",
+           "parse_restarts", "parse_revive"]
+
+#: TiDGAP's default budget (:func:`default_evaluations`): the larger of ``BUDGET_PER_BIT``
+#: evaluations per cut bit (``12*S*(B-1)``: 785,664 at S = 64, B = 1024, where, with the stage
+#: descent, doubling it gains a median 0.28 % stash / 0.14 % recompute over seeds 0-4,
+#: results/perf/convergence.md) and a fixed amount of simulation work,
+#: ``BUDGET_WORK / (S*(B-1))`` evaluations (the work of 8,000,000 evaluations of a 512-bit
+#: chromosome, about 80 s on one core here), at most ``BUDGET_CAP``. On gpt1-14 and vgg16 that
+#: is eight restart rounds of 1,000,000 (:data:`ROUND_FLOOR`); a single run at 4,000,000 ends
+#: where it ends at 1,000,000 (`git show ddbefaf:results/perf/quality.md`).
+BUDGET_PER_BIT = 12
+BUDGET_WORK = 4_096_000_000
+BUDGET_CAP = 8_000_000
+#: ``restarts=auto``: as many rounds as the evaluation budget gives each at least
+#: ``max(ROUND_FLOOR, ROUND_PER_BIT*S*(B-1))`` evaluations, at most ``MAX_RESTARTS``. A vgg16
+#: run converges within about 1,000,000; at S = 64, B = 1024 a run is still improving at
+#: 3,000,000 (without the stage descent), so rounds there would
+#: only cut it short.
+ROUND_FLOOR = 1_000_000
+ROUND_PER_BIT = 64
+MAX_RESTARTS = 8
+#: The smallest island population: a run whose population (:func:`..search.ga.population_size`)
+#: would give each of the ``islands`` fewer individuals runs as one population (at S = 64,
+#: B = 1024 the default budget buys a population of 128, which needs every individual).
+ISLAND_FLOOR = 128
+
+
+#: ``revive=auto``: after the race, the budget fraction the last island may go without
+#: improving before the best stopped island resumes in its place, per memory mode. On
+#: gpt1-14 stash the seeds within 2 % of the best plan rose from 28 to 37 of seeds 0-39 and
+#: from 26 to 35 of seeds 40-79, vgg16 stash unchanged; in recompute vgg16 got worse (median
+#: +3.44 % to +5.32 %), so it is off there (`git show ddbefaf:results/perf/quality.md`).
+REVIVE_AUTO = {"stash": 0.15, "recompute": 0.0}
+
+
+def parse_revive(planner: str, value: Any) -> float | str:
+    """``"auto"`` or a number in [0, 1]; anything else is a PlannerError."""
+    return auto_or(planner, "revive", value, float, lambda r: 0.0 <= r <= 1.0,
+                   "a number in [0, 1]")
+
+
+def default_evaluations(problem: Problem) -> int:
+    """The default evaluation budget for ``problem`` (see :data:`BUDGET_PER_BIT`)."""
+    L = max(1, problem.S * (problem.B - 1))
+    return max(BUDGET_PER_BIT * L, min(BUDGET_CAP, BUDGET_WORK // L))
+
+
+def auto_restarts(problem: Problem, budget: Budget) -> int:
+    """``restarts=auto`` (see :data:`ROUND_FLOOR`): 1 without an evaluation budget."""
+    if budget.evaluations is None:
+        return 1
+    L = problem.S * (problem.B - 1)
+    return max(1, min(MAX_RESTARTS, budget.evaluations // max(ROUND_FLOOR, ROUND_PER_BIT * L)))
+
+
+def parse_restarts(planner: str, value: Any) -> int | str:
+    """``"auto"`` or an integer >= 1; anything else is a PlannerError."""
+    return auto_or(planner, "restarts", value, int, lambda n: n >= 1, "an integer >= 1")
+
