@@ -246,20 +246,15 @@ def never_worse_than_edp(problem: Problem, mode: str, plan: Plan, schedule: str,
     :class:`~umpipe_bench.memory.MemoryCapError` that names the stage, bytes and cap.
     """
     from ...memory import MemoryCapError
-    from ..evaluation.reference import best_edp
+    from ..evaluation.reference import edp_reference
 
-    best = (T, plan, schedule)
-    error = None
-    for sched in ("gpipe", "1f1b"):
-        try:
-            M, Tb = best_edp(problem, mode, sched)
-        except MemoryCapError as exc:
-            error = exc
-            continue
-        if Tb < best[0]:
-            best = (Tb, Plan.edp(problem.S, problem.B, M, mode), sched)
-    if not np.isfinite(best[0]):
-        if error is not None:
-            raise error
+    ref = edp_reference(problem, mode)
+    edp = ref.faster_than(T)
+    if edp is not None:
+        assert edp.M is not None and edp.T is not None
+        return Plan.edp(problem.S, problem.B, edp.M, mode), edp.schedule, edp.T
+    if not np.isfinite(T):
+        if ref.errors:
+            raise ref.errors["1f1b" if "1f1b" in ref.errors else "gpipe"]
         raise MemoryCapError(f"problem {problem.name!r} ({mode}): no plan found fits memory")
-    return best[1], best[2], float(best[0])
+    return plan, schedule, float(T)
