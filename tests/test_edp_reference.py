@@ -70,3 +70,17 @@ def test_a_schedule_with_no_fitting_equal_plan_keeps_its_memory_error():
     with pytest.raises(MemoryCapError, match="no EDP"):
         ref.fitting("gpipe")
     assert ref.speedups(1.0)["best_edp"] is None
+
+
+def test_a_leaderboard_row_gives_back_the_comparison_it_was_written_with():
+    import pandas as pd
+
+    from umpipe_bench.bench.tables import row_edp_reference
+
+    row = pd.Series({"mode": "stash", "T_gpipe_edp": 2.0, "M_gpipe_edp": 4.0,
+                     "T_1f1b_edp": 2.0, "M_1f1b_edp": 8.0})
+    best = row_edp_reference(row).best
+    assert (best.schedule, best.M, best.T) == ("gpipe", 4, 2.0)  # ties: GPipe
+    row["T_gpipe_edp"] = row["M_gpipe_edp"] = float("nan")
+    ref = row_edp_reference(row)
+    assert ref.gpipe.T is None and ref.best.schedule == "1f1b" and ref.best.M == 8

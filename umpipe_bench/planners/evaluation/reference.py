@@ -142,10 +142,15 @@ class EdpReference:
         return self.gpipe, self.one_f_one_b
 
     @property
+    def best(self) -> EdpBaseline | None:
+        """The better reference that fits (ties: GPipe; None when neither fits)."""
+        return self.faster_than(float("inf"))
+
+    @property
     def best_T(self) -> float | None:
         """T of the better reference that fits (None when neither does)."""
-        fitting = [b.T for b in self.baselines() if b.T is not None]
-        return min(fitting) if fitting else None
+        best = self.best
+        return None if best is None else best.T
 
     def of(self, schedule: str) -> EdpBaseline:
         """The reference under ``schedule`` (``T``, ``M`` None when no EDP(M) fits)."""
