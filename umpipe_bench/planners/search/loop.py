@@ -101,8 +101,9 @@ class BestSoFar:
 class SearchAlgorithm:
     """An ask/tell search (subclasses implement the five hooks; :class:`SearchLoop` drives).
 
-    ``best_time`` (best T so far) and ``start_time`` (best T of the initial population: the
-    planner's starting point) are kept by the subclass.
+    ``start_time`` (best T of the initial population: the planner's starting point) is kept
+    by the subclass; ``best_time`` (best T so far) and :meth:`best` too, unless it is a
+    :class:`TrackedAlgorithm`, which reports the loop's :class:`BestSoFar`.
     """
 
     best_time: float = float("inf")
