@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from umpipe_bench.planners.algorithms.tidgap import (

@@ -24,11 +24,11 @@ into a black-box function in the manner of COCO's and pymoo's problems:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .codec import GenomeLayout, edp_bits, plan_to_bits
 from .errors import BudgetExhausted, InputError
 from .plan import MODES, Plan
 from .problem import Problem
@@ -39,81 +39,18 @@ __all__ = ["FAMILIES", "BudgetExhausted", "GenomeSpace", "PipelineObjective"]
 FAMILIES = ("gpipe", "capped")
 
 
-@dataclass(frozen=True)
-class GenomeSpace:
-    """The layout and bounds of a flat integer genome (module docstring)."""
-
-    S: int
-    B: int
-    mode: str
-    family: str
-
-    @property
-    def n_bits(self) -> int:
-        """Cut bits: ``S·(B−1)``, twice in recompute mode."""
-        return self.S * (self.B - 1) * (2 if self.mode == "recompute" else 1)
-
-    @property
-    def n_caps(self) -> int:
-        return self.S if self.family == "capped" else 0
-
-    @property
-    def dimension(self) -> int:
-        return self.n_bits + self.n_caps
-
-    @property
-    def lower(self) -> np.ndarray:
-        return np.concatenate([np.zeros(self.n_bits, np.int64), np.ones(self.n_caps, np.int64)])
-
-    @property
-    def upper(self) -> np.ndarray:
-        return np.concatenate([np.ones(self.n_bits, np.int64),
-                               np.full(self.n_caps, self.B, np.int64)])
-
-    def split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(fbits [N,S,B-1], bbits [N,S,B-1], caps [N,S])`` of a batch ``[N, D]``."""
-        x = np.asarray(x)
-        if x.ndim == 1:
-            x = x[None]
-        if x.ndim != 2 or x.shape[1] != self.dimension:
-            raise ValueError(f"genomes: expected shape [N, {self.dimension}] (or [{self.dimension}]"
-                             f") for S={self.S}, B={self.B}, {self.mode}, {self.family}; got "
-                             f"{x.shape}")
-        xi = np.rint(x).astype(np.int64)
-        if np.any(xi < self.lower) or np.any(xi > self.upper):
-            raise ValueError("genomes: a gene is outside its bounds (bits 0..1, caps 1..B)")
-        N, n = xi.shape[0], self.S * (self.B - 1)
-        f = xi[:, :n].reshape(N, self.S, self.B - 1).astype(np.uint8)
-        b = (xi[:, n:2 * n].reshape(N, self.S, self.B - 1).astype(np.uint8)
-             if self.mode == "recompute" else f)
-        caps = (xi[:, self.n_bits:] if self.n_caps else np.full((N, self.S), self.B, np.int64))
-        return f, b, np.ascontiguousarray(caps)
-
-    def join(self, fbits: np.ndarray, bbits: np.ndarray | None = None,
-             caps: np.ndarray | None = None) -> np.ndarray:
-        """The genome ``[D]`` of one plan's bits ``[S, B-1]`` (and caps ``[S]``)."""
-        parts = [np.asarray(fbits, np.int64).ravel()]
-        if self.mode == "recompute":
-            parts.append(np.asarray(fbits if bbits is None else bbits, np.int64).ravel())
-        if self.n_caps:
-            parts.append(np.full(self.S, self.B, np.int64) if caps is None
-                         else np.asarray(caps, np.int64).ravel())
-        return np.concatenate(parts)
+class GenomeSpace(GenomeLayout):
+    """The layout and bounds of a flat integer genome (module docstring;
+    :class:`umpipe_bench.codec.GenomeLayout`), and its plans."""
 
     def to_plan(self, x: np.ndarray) -> tuple[Plan, str]:
         """``(plan, schedule)`` of one genome: ``gpipe`` when every cap is ``B``."""
-        from .planners.evaluation.evaluator import bits_to_plan
-
         f, b, caps = self.split(x)
-        plan = bits_to_plan(f[0], b[0], self.mode)
-        if self.n_caps and np.any(caps[0] < self.B):
-            return plan.with_caps([int(k) for k in caps[0]]), "capped"
-        return plan, "gpipe"
+        plan = Plan.from_bits(f[0], b[0], self.mode, caps[0] if self.n_caps else None)
+        return plan, "gpipe" if plan.caps is None else "capped"
 
     def from_plan(self, plan: Plan) -> np.ndarray:
         """The genome of a plan (its caps, in the capped family)."""
-        from .planners.evaluation.evaluator import plan_to_bits
-
         f, b = plan_to_bits(plan)
         return self.join(f, b, plan.effective_caps() if self.n_caps else None)
 
@@ -188,15 +125,11 @@ class PipelineObjective:
 
     def edp_genome(self, M: int) -> np.ndarray:
         """The genome of EDP(M) (every stage ``M`` balanced microbatches, uncapped)."""
-        from .planners.evaluation.encoding import edp_bits
-
         return self.space.join(edp_bits(self.problem.S, self.problem.B, M))
 
     def start_genome(self) -> np.ndarray:
         """The best EDP(M) genome over ``M = 1..B`` (a counted scan of ``B`` evaluations):
         where the outside planners start, so none ends worse than GPipe-EDP."""
-        from .planners.evaluation.encoding import edp_bits
-
         S, B = self.problem.S, self.problem.B
         X = np.stack([self.space.join(edp_bits(S, B, M)) for M in range(1, B + 1)])
         return X[int(np.argmin(self.evaluate(X)))]

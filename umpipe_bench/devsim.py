@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .codec import balanced_sizes
 from .errors import InputError
 from .problem import Problem
 
@@ -79,11 +80,11 @@ def parse_action(text: str) -> Action:
 
 
 def edp_sizes(B: int, M: int) -> tuple[int, ...]:
-    """``M`` balanced microbatch sizes of ``B`` samples (larger first, like ``tensor_split``)."""
+    """``M`` balanced microbatch sizes of ``B`` samples (larger first, like ``tensor_split``;
+    :func:`.codec.balanced_sizes`)."""
     if not 1 <= M <= B:
         raise DevSimError(f"microbatches M must be in 1..B={B}, got {M}")
-    q, r = divmod(B, M)
-    return tuple(q + 1 if j < r else q for j in range(M))
+    return balanced_sizes(B, M)
 
 
 @dataclass

@@ -2,8 +2,9 @@
 
 A plan gives every stage ``s`` a forward partition ``P[s]`` and a backward partition ``Q[s]``
 of ``B`` (ordered positive sizes summing to ``B``) and a memory mode: ``stash`` (``Q == P``) or
-``recompute`` (``Q`` free). Plans round-trip exactly through the cut-bit encoding (bit ``i`` set
-means a microbatch boundary after sample ``i+1``) and through JSON plan files.
+``recompute`` (``Q`` free). Plans round-trip exactly through the cut-bit encoding of
+:mod:`.codec` (bit ``i`` set means a microbatch boundary after sample ``i+1``) and through JSON
+plan files.
 
 This module imports no torch.
 """
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .codec import balanced_sizes, bits_to_partitions, bits_to_sizes, genes_to_caps, sizes_to_bits
 from .errors import InputError
 from .problem import atomic_write_text
 
@@ -48,11 +50,11 @@ PlanError = InputError
 
 def balanced_split(B: int, M: int) -> tuple[int, ...]:
     """EDP sizes: ``B`` split into ``M`` parts differing by at most one, larger first
-    (the sizes ``torch.tensor_split`` produces)."""
-    if not 1 <= M <= B:
-        raise PlanError(f"EDP needs 1 <= M <= B, got M={M}, B={B}")
-    q, r = divmod(B, M)
-    return tuple([q + 1] * r + [q] * (M - r))
+    (the sizes ``torch.tensor_split`` produces; :func:`.codec.balanced_sizes`)."""
+    try:
+        return balanced_sizes(B, M)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def _check_caps(caps: Any, S: int) -> tuple[int, ...]:
@@ -68,28 +70,6 @@ def _check_caps(caps: Any, S: int) -> tuple[int, ...]:
             raise PlanError(f"stage {s} cap {k!r} must be a whole number of samples >= 1")
         out.append(int(k))
     return tuple(out)
-
-
-def sizes_to_bits(sizes: Sequence[int], B: int) -> list[int]:
-    """Composition -> ``B-1`` cut bits (bit ``i`` = boundary after sample ``i+1``)."""
-    bits = [0] * (B - 1)
-    acc = 0
-    for p in sizes[:-1]:
-        acc += p
-        bits[acc - 1] = 1
-    return bits
-
-
-def bits_to_sizes(bits: Sequence[int]) -> tuple[int, ...]:
-    """``B-1`` cut bits -> composition of ``B``. Every bit string is a valid composition."""
-    sizes = []
-    last = 0
-    for i, b in enumerate(bits):
-        if b:
-            sizes.append(i + 1 - last)
-            last = i + 1
-    sizes.append(len(bits) + 1 - last)
-    return tuple(sizes)
 
 
 def _sizes(parts: Any, direction: str) -> tuple[tuple[int, ...], ...]:
@@ -161,14 +141,15 @@ class Plan:
     @classmethod
     def from_bits(
         cls, fwd_bits: Sequence[Sequence[int]], bwd_bits: Sequence[Sequence[int]] | None,
-        mode: str = "stash",
+        mode: str = "stash", caps: Sequence[int] | None = None,
     ) -> Plan:
-        """Decode cut bits; in stash mode ``bwd_bits`` may be None (tied to forward)."""
-        fwd = tuple(bits_to_sizes(b) for b in fwd_bits)
-        bwd = fwd if (bwd_bits is None or mode == "stash") else tuple(
-            bits_to_sizes(b) for b in bwd_bits
-        )
-        return cls(fwd=fwd, bwd=bwd, mode=mode)
+        """Decode cut bits ``[S, B-1]`` (:mod:`.codec`); in stash mode ``bwd_bits`` is not read
+        (tied to forward) and may be None. ``caps``: cap genes, None or all ``>= B`` for no cap
+        (:func:`.codec.genes_to_caps`)."""
+        fwd = bits_to_partitions(fwd_bits)
+        bwd = fwd if (bwd_bits is None or mode == "stash") else bits_to_partitions(bwd_bits)
+        B = sum(fwd[0]) if fwd else 0
+        return cls(fwd=fwd, bwd=bwd, mode=mode, caps=genes_to_caps(caps, B))
 
     def to_bits(self) -> tuple[list[list[int]], list[list[int]]]:
         """Encode as (forward bits, backward bits), ``S`` lists of ``B-1`` ints each."""

@@ -194,11 +194,8 @@ class Exact(Planner):
                                  f"({mode}) under the capped schedule fits its memory caps")
         fb = _bits(np.array([best[1]]), S, L)[0]
         bb = fb if mode == "stash" else _bits(np.array([best[2]]), S, L)[0]
-        caps = tuple(int(c) for c in caps_all[best[3]])
-        plan = bits_to_plan(fb, bb, mode)
-        capped = min(caps) < B
-        if capped:
-            plan = plan.with_caps(caps)
+        plan = bits_to_plan(fb, bb, mode, caps_all[best[3]])
+        capped = plan.caps is not None
         T = simulate(problem, plan).iteration_time
         return PlanResult(planner=self.name, plan=plan, iteration_time=T, evaluations=evals,
                           schedule="capped" if capped else "gpipe", start_time=start,

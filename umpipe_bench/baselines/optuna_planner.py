@@ -25,15 +25,20 @@ from umpipe_bench.planners.evaluation.encoding import edp_bits, edp_row
 from umpipe_bench.planners.evaluation.evaluator import BACKENDS
 from umpipe_bench.planners.evaluation.objective import Genomes, Objective
 from umpipe_bench.planners.search.base import Budget, PlannerError
-from umpipe_bench.planners.search.loop import Evaluate, SearchAlgorithm, SearchPlanner
+from umpipe_bench.planners.search.loop import (
+    Evaluate,
+    SearchAlgorithm,
+    SearchPlanner,
+    TrackedAlgorithm,
+)
 from umpipe_bench.planners.search.settings import Setting, SettingsTable
 from umpipe_bench.problem import Problem
 
 __all__ = ["OptunaTPE", "TPEAlgorithm"]
 
 
-class TPEAlgorithm(SearchAlgorithm):
-    """One Optuna study as an ask/tell algorithm (one trial per ask)."""
+class TPEAlgorithm(TrackedAlgorithm):
+    """One Optuna study as an ask/tell algorithm (one trial per ask; the loop keeps the best)."""
 
     def __init__(self, problem: Problem, mode: str, settings: dict[str, Any],
                  seed: int | None) -> None:
@@ -52,7 +57,6 @@ class TPEAlgorithm(SearchAlgorithm):
         finally:
             optuna.logging.set_verbosity(verbosity)
         self._trial: Any = None
-        self._best: Genomes | None = None
 
     def _decode(self, trial: Any) -> Genomes:
         S, B = self.S, self.B
@@ -75,8 +79,7 @@ class TPEAlgorithm(SearchAlgorithm):
         edp = np.stack([edp_bits(S, B, M) for M in range(1, B + 1)])
         T = evaluate(Genomes(edp, edp))
         M = int(np.argmin(T)) + 1
-        self.start_time = self.best_time = float(T[M - 1])
-        self._best = Genomes(edp[M - 1:M].copy(), edp[M - 1:M].copy())
+        self.start_time = float(T[M - 1])
         if self.s["encoding"] == "bits":
             row = edp_row(B, M)
             first = {f"{d}{st}_{i}": int(row[i])
@@ -102,13 +105,6 @@ class TPEAlgorithm(SearchAlgorithm):
             self.optuna.logging.set_verbosity(verbosity)
         if self.start_time == float("inf"):
             self.start_time = T
-        if T < self.best_time:
-            self.best_time, self._best = T, genomes.copy()
-
-    def best(self) -> tuple[Genomes, float]:
-        if self._best is None:
-            raise PlannerError("planner 'optuna-tpe': the budget allowed no trial")
-        return self._best, self.best_time
 
 
 class OptunaTPE(SearchPlanner):

@@ -1,13 +1,13 @@
 """Outside optimizers as planners: Optuna CMA-ES and GA, nevergrad, pymoo (``[optimizers]``).
 
 Each library's own ask/tell runs inside the project's one search loop
-(:class:`umpipe_bench.planners.search.loop.SearchLoop`, which owns the budget, the evaluation count
-and the typed history) on :class:`umpipe_bench.api.PipelineObjective`, the public objective
-any researcher gets (README "Bring your own optimizer"): a flat integer genome (cut bits,
-docs/MODEL.md §2; with ``schedule=capped`` also in-flight caps, docs/SCHEDULES.md) evaluated
-in batches by the family evaluator (MODEL.md §4). Every planner first evaluates EDP(M) for
-``M = 1..B`` (``B`` counted evaluations) and starts its search from the best one, so it is
-never worse than GPipe-EDP; that plan is its starting point.
+(:class:`umpipe_bench.planners.search.loop.SearchLoop`, which owns the budget, the evaluation
+count, the best so far and the typed history) on :class:`umpipe_bench.api.PipelineObjective`,
+the public objective any researcher gets (README "Bring your own optimizer"): a flat integer
+genome (cut bits, docs/MODEL.md §2; with ``schedule=capped`` also in-flight caps,
+docs/SCHEDULES.md) evaluated in batches by the family evaluator (MODEL.md §4). Every planner
+first evaluates EDP(M) for ``M = 1..B`` (``B`` counted evaluations) and starts its search from
+the best one, so it is never worse than GPipe-EDP; that plan is its starting point.
 
 Budgets: ``evals:N`` caps evaluations (including the scan); ``gens:N`` means N batches of
 ``popsize`` genomes; ``secs:X`` stops between batches. A plan that does not fit memory scores
@@ -33,13 +33,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from umpipe_bench.api import PipelineObjective
-from umpipe_bench.planners.search.base import Budget, PlannerError, PlanResult
-from umpipe_bench.planners.search.loop import (
-    SearchAlgorithm,
-    SearchLoop,
-    SearchPlanner,
-    Termination,
-)
+from umpipe_bench.codec import edp_bits
+from umpipe_bench.plan import Plan
+from umpipe_bench.planners.search.base import Budget, PlannerError
+from umpipe_bench.planners.search.loop import SearchAlgorithm, SearchPlanner, TrackedAlgorithm
 from umpipe_bench.planners.search.settings import Setting, SettingsTable
 from umpipe_bench.problem import Problem
 
@@ -62,31 +59,20 @@ SIGMA0 = Setting("sigma0", float, 0.3, "initial CMA-ES step size (a fraction of 
                  "range)", low=0.0, open_low=True)
 
 
-class LibraryAlgorithm(SearchAlgorithm):
+class LibraryAlgorithm(TrackedAlgorithm):
     """The loop's view of a library: setup scans EDP(M); ask/tell go to :meth:`_ask` and
-    :meth:`_tell` (flat genomes ``[n, D]``, finite values)."""
+    :meth:`_tell` (flat genomes ``[n, D]``, finite values); the loop keeps the best."""
 
     def __init__(self, obj: PipelineObjective, settings: dict[str, Any], seed: int | None,
                  budget: int | None) -> None:
         self.obj, self.s, self.seed, self.budget = obj, settings, seed, budget
         self.popsize = int(settings["popsize"])
-        self._best: tuple[np.ndarray, float] | None = None
-
-    def _note(self, X: np.ndarray, T: np.ndarray) -> np.ndarray:
-        i = int(np.argmin(T))
-        if self._best is None or T[i] < self._best[1]:
-            self._best = (np.array(X[i:i + 1]), float(T[i]))
-            self.best_time = float(T[i])
-        return np.where(np.isfinite(T), T, PENALTY * self.start_time)
 
     def setup(self, evaluate: Any) -> None:
-        from umpipe_bench.planners.evaluation.encoding import edp_bits
-
         S, B = self.obj.problem.S, self.obj.problem.B
         X = np.stack([self.obj.space.join(edp_bits(S, B, M)) for M in range(1, B + 1)])
         T = evaluate(X)
         self.start_time = float(np.min(T))
-        self._note(X, T)
         self.x0 = X[int(np.argmin(T))]
         self._start()
 
@@ -97,11 +83,7 @@ class LibraryAlgorithm(SearchAlgorithm):
         return np.asarray(self._ask(), dtype=np.int64).reshape(-1, self.obj.space.dimension)
 
     def tell(self, genomes: np.ndarray, times: np.ndarray) -> None:
-        self._tell(genomes, self._note(genomes, times))
-
-    def best(self) -> tuple[np.ndarray, float]:
-        assert self._best is not None
-        return self._best
+        self._tell(genomes, np.where(np.isfinite(times), times, PENALTY * self.start_time))
 
     def _start(self) -> None:
         raise NotImplementedError
@@ -130,40 +112,47 @@ def _quiet_optuna() -> Iterator[None]:
 
 
 class OutsidePlanner(SearchPlanner):
-    """Common part: settings, the objective, the EDP start, the loop, the result."""
+    """Common part: settings, the library check, the public objective and the plan of the best
+    genome; the loop and its steps are :class:`SearchPlanner`'s."""
 
     default_budget: ClassVar[str] = "evals:2000,secs:120"
     defaults: ClassVar[SettingsTable] = COMMON
     library: ClassVar[str] = ""
     algorithm: ClassVar[type[LibraryAlgorithm]] = LibraryAlgorithm
 
-    def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
-              progress: bool) -> PlanResult:
-        from umpipe_bench.simulator import simulate
-
-        s = dict(self.config)
+    def check_run(self, problem: Problem, mode: str, settings: dict[str, Any],
+                  budget: Budget) -> None:
         try:
             __import__(self.library)
         except ImportError:
             raise PlannerError(f"planner {self.name!r} refuses to run without {self.library}: "
                                "pip install -e '.[optimizers]'") from None
-        if budget.evaluations is not None and budget.evaluations < problem.B + s["popsize"]:
+        if budget.evaluations is not None and budget.evaluations < problem.B + settings["popsize"]:
             raise PlannerError(
                 f"planner {self.name!r}: budget evals:{budget.evaluations} leaves no batch "
                 f"after the EDP scan it starts with (B = {problem.B} evaluations, then "
-                f"{s['popsize']} per batch)")
-        objective = PipelineObjective(problem, mode, s["schedule"])
-        algo = self.algorithm(objective, s, seed, budget.evaluations)
-        loop = SearchLoop(objective, Termination(budget, self.name), progress, self.name)
+                f"{settings['popsize']} per batch)")
+
+    def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
+                       ) -> PipelineObjective:
+        return PipelineObjective(problem, mode, settings["schedule"])
+
+    def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
+                       budget: Budget, seed: int | None, objective: Any) -> SearchAlgorithm:
+        return self.algorithm(objective, settings, seed, budget.evaluations)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
         with warnings.catch_warnings(), _quiet_optuna():  # e.g. experimental with_margin
             warnings.simplefilter("ignore")
-            loop.run(algo)
-        genome, _ = algo.best()
-        plan, schedule = objective.space.to_plan(genome[0])
-        return PlanResult(planner=self.name, plan=plan,
-                          iteration_time=float(simulate(problem, plan, schedule).iteration_time),
-                          schedule=schedule, evaluations=loop.evaluations,
-                          start_time=algo.start_time, history=loop.history, settings=s)
+            yield
+
+    def final_plan(self, problem: Problem, mode: str, objective: Any, genomes: Any
+                   ) -> tuple[Plan, str, float]:
+        from umpipe_bench.simulator import simulate
+
+        plan, schedule = objective.space.to_plan(genomes[0])
+        return plan, schedule, float(simulate(problem, plan, schedule).iteration_time)
 
 
 # ----------------------------------------------------------------------------- optuna

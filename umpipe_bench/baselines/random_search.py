@@ -22,15 +22,20 @@ from umpipe_bench.planners.evaluation.encoding import random_bits
 from umpipe_bench.planners.evaluation.evaluator import BACKENDS
 from umpipe_bench.planners.evaluation.objective import Genomes, Objective
 from umpipe_bench.planners.search.base import Budget
-from umpipe_bench.planners.search.loop import Evaluate, SearchAlgorithm, SearchPlanner
+from umpipe_bench.planners.search.loop import (
+    Evaluate,
+    SearchAlgorithm,
+    SearchPlanner,
+    TrackedAlgorithm,
+)
 from umpipe_bench.planners.search.settings import Setting, SettingsTable
 from umpipe_bench.problem import Problem
 
 __all__ = ["RandomSearch", "RandomSearchAlgorithm"]
 
 
-class RandomSearchAlgorithm(SearchAlgorithm):
-    """Best of random batches; the loop's evaluation budget caps the last batch."""
+class RandomSearchAlgorithm(TrackedAlgorithm):
+    """Random batches; the loop keeps the best, and its evaluation budget caps the last batch."""
 
     def __init__(self, problem: Problem, mode: str, batch: int, budget: Budget,
                  seed: int | None) -> None:
@@ -39,25 +44,17 @@ class RandomSearchAlgorithm(SearchAlgorithm):
         self.cap = budget.evaluations
         self.rng = np.random.default_rng(seed)
         self.done = 0
-        self._best: Genomes | None = None
 
     def _draw(self, n: int) -> Genomes:
         f = random_bits(self.rng, n, self.S, self.B)
         b = random_bits(self.rng, n, self.S, self.B) if self.mode == "recompute" else f
         return Genomes(f, b)
 
-    def _keep(self, g: Genomes, times: np.ndarray) -> None:
-        self.done += len(g)
-        i = int(np.argmin(times))
-        if times[i] < self.best_time:
-            self.best_time = float(times[i])
-            self._best = g.row(i).copy()
-
     def setup(self, evaluate: Evaluate) -> None:
         g = self._draw(self.ask_size())
         t = evaluate(g)
         self.start_time = float(t[0])
-        self._keep(g, t)
+        self.done += len(g)
 
     def ask_size(self) -> int:
         n = self.batch if self.cap is None else min(self.batch, self.cap - self.done)
@@ -67,11 +64,7 @@ class RandomSearchAlgorithm(SearchAlgorithm):
         return self._draw(self.ask_size())
 
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
-        self._keep(genomes, times)
-
-    def best(self) -> tuple[Genomes, float]:
-        assert self._best is not None
-        return self._best, self.best_time
+        self.done += len(genomes)
 
 
 class RandomSearch(SearchPlanner):

@@ -3,8 +3,8 @@
 For one problem and memory mode, the best EDP(M) plan that fits the problem's memory caps, over
 all ``M in 1..B``, under the gpipe schedule and under 1f1b (docs/MODEL.md §2,
 docs/SCHEDULES.md), as GPipe and PipeDream-flush would run it with the best microbatch
-count: :func:`umpipe_bench.planners.evaluation.reference.best_edp`, the one the planners
-and the ``plan`` CLI use.
+count: :func:`umpipe_bench.planners.evaluation.reference.edp_reference`, the one the planners
+and the ``plan`` CLI compare with.
 
 Results are cached per (problem, mode) in memory and in a JSON file beside the leaderboard,
 keyed by a hash of the problem's content, so a resumed run does not search again and a
@@ -20,33 +20,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..planners.evaluation.reference import best_edp as reference_best_edp
+from ..planners.evaluation.reference import EdpBaseline, edp_reference
 from ..problem import SPLIT_KINDS, Problem, atomic_write_text
 
 __all__ = ["BaselineCache", "EdpBaseline", "TorchBaseline", "best_edp", "best_torch",
            "problem_digest"]
 
 
-@dataclass(frozen=True)
-class EdpBaseline:
-    """Best EDP under one schedule that fits memory: its iteration time and microbatch count
-    (both None when no M fits the problem's memory caps)."""
-
-    schedule: str
-    mode: str
-    T: float | None
-    M: int | None
-
-
 def best_edp(problem: Problem, mode: str, schedule: str) -> EdpBaseline:
     """The best EDP(M) that fits, over all M, under ``schedule`` (ties: the smaller M)."""
-    from ..memory import MemoryCapError
-
-    try:
-        M, T = reference_best_edp(problem, mode, schedule)
-    except MemoryCapError:
-        return EdpBaseline(schedule, mode, None, None)
-    return EdpBaseline(schedule, mode, float(T), int(M))
+    return edp_reference(problem, mode).of(schedule)
 
 
 def problem_digest(problem: Problem, split: bool = False) -> str:
@@ -115,7 +98,8 @@ class BaselineCache:
         key = f"{problem.name}|{mode}|{problem_digest(problem)}"
         entry = self._data.get(key)
         if entry is None:
-            entry = {s: asdict(best_edp(problem, mode, s)) for s in self.SCHEDULES}
+            ref = edp_reference(problem, mode)
+            entry = {s: asdict(ref.of(s)) for s in self.SCHEDULES}
             self._data[key] = entry
             if self.path is not None:
                 atomic_write_text(self.path, json.dumps(self._data, indent=1, sort_keys=True))

@@ -111,7 +111,7 @@ def study_points(stages: Sequence[int], batches: Sequence[int], modes: Sequence[
 def _evaluate(point: Point, planner: str, budget: str) -> dict[str, Any]:
     """One row: the planner, both EDP references and the bound on one network."""
     from ..bound import lower_bound
-    from ..planners.evaluation.reference import best_edp
+    from ..planners.evaluation.reference import edp_reference
     from ..registry import get_planner, get_problem
 
     row: dict[str, Any] = {**asdict(point), "h": f"{point.h:g}", "problem": point.problem_name(),
@@ -120,13 +120,14 @@ def _evaluate(point: Point, planner: str, budget: str) -> dict[str, Any]:
     try:
         p = get_problem(row["problem"])
         res = get_planner(planner).plan(p, mode=point.mode, budget=budget, seed=point.seed)
-        M_g, T_g = best_edp(p, point.mode, "gpipe")
-        M_1, T_1 = best_edp(p, point.mode, "1f1b")
+        edp = edp_reference(p, point.mode)
+        g, o = edp.fitting("gpipe"), edp.fitting("1f1b")
         lb = lower_bound(p, point.mode)
-        T = min(res.iteration_time, T_g)
-        row.update(T_planner=res.iteration_time, T_best=T, T_gpipe=T_g, M_gpipe=M_g, T_1f1b=T_1,
-                   M_1f1b=M_1, lower_bound=lb, speedup_vs_gpipe=T_g / T - 1.0,
-                   speedup_vs_1f1b=T_1 / T - 1.0, gap_to_bound=T / lb - 1.0,
+        T = min(res.iteration_time, g.T)
+        gains = edp.speedups(T)
+        row.update(T_planner=res.iteration_time, T_best=T, T_gpipe=g.T, M_gpipe=g.M, T_1f1b=o.T,
+                   M_1f1b=o.M, lower_bound=lb, speedup_vs_gpipe=gains["gpipe"],
+                   speedup_vs_1f1b=gains["1f1b"], gap_to_bound=T / lb - 1.0,
                    plan_kind=res.plan.describe() if T == res.iteration_time else "EDP",
                    evaluations=res.evaluations)
     except Exception as exc:  # a failed point is a row with an error, not a lost run

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .tables import best_rows, ok_rows, paper_figure
+from .tables import best_rows, ok_rows, paper_figure, row_edp_reference
 
 __all__ = ["convergence_curve", "draw_all", "draw_convergence", "draw_gantts", "draw_speedup"]
 
@@ -231,8 +231,9 @@ def draw_gantts(df: pd.DataFrame, lb_dir: Path, out: Path) -> list[tuple[str, Pa
         problem = get_problem(problem_name)
         plan = Plan.load(lb_dir / r["plan_file"])
         tl_best = simulate(problem, plan, r["schedule"])
-        sched = "gpipe" if r["T_gpipe_edp"] <= r["T_1f1b_edp"] else "1f1b"
-        M = int(r[f"M_{sched}_edp"])
+        edp = row_edp_reference(r).best
+        assert edp is not None and edp.M is not None  # uncapped: every EDP(M) fits
+        sched, M = edp.schedule, edp.M
         tl_edp = simulate(problem, Plan.edp(problem.S, problem.B, M, r["mode"]), sched)
         path = out / f"gantt-{problem_name}.png"
         save_gantt([tl_best, tl_edp], path, [

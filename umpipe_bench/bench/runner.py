@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InternalError, UserInputError
-from ..planners.evaluation.reference import clear_cache
+from ..planners.evaluation.reference import EdpReference, clear_cache, speedup
 from ..problem import Problem, atomic_write_text
 from ..runtime.lifetime import child_setup
 from .baselines import BaselineCache, problem_digest
@@ -215,19 +215,19 @@ def _assemble(cell: Cell, result: dict[str, Any], problems: dict[str, Problem | 
     if isinstance(problem, Problem):
         try:
             base = baselines.get(problem, cell.mode)
-            fitting = [b.T for b in base.values() if b.M is not None]
-            row.update({"T_gpipe_edp": base["gpipe"].T, "M_gpipe_edp": base["gpipe"].M,
-                        "T_1f1b_edp": base["1f1b"].T, "M_1f1b_edp": base["1f1b"].M,
-                        "T_best_edp": min(fitting) if fitting else None})
+            edp = EdpReference(base["gpipe"], base["1f1b"])
+            row.update({"T_gpipe_edp": edp.gpipe.T, "M_gpipe_edp": edp.gpipe.M,
+                        "T_1f1b_edp": edp.one_f_one_b.T, "M_1f1b_edp": edp.one_f_one_b.M,
+                        "T_best_edp": edp.best_T})
             tb = baselines.torch(problem, cell.mode)
             row.update({"T_best_torch": tb.T, "best_torch_schedule": tb.schedule,
                         "M_best_torch": tb.M})
             if not row.get("error") and row.get("T_pred") is not None:
-                for col, Tb in (("speedup_vs_gpipe", base["gpipe"].T),
-                                ("speedup_vs_1f1b", base["1f1b"].T),
-                                ("speedup_vs_best_edp", row["T_best_edp"]),
-                                ("speedup_vs_best_torch", tb.T)):
-                    row[col] = None if Tb is None else Tb / row["T_pred"] - 1.0
+                gains = edp.speedups(row["T_pred"])
+                row.update({"speedup_vs_gpipe": gains["gpipe"],
+                            "speedup_vs_1f1b": gains["1f1b"],
+                            "speedup_vs_best_edp": gains["best_edp"],
+                            "speedup_vs_best_torch": speedup(tb.T, row["T_pred"])})
         except Exception as exc:
             row["error"] = row.get("error") or f"baseline: {type(exc).__name__}: {exc}"
     elif not row.get("error"):

@@ -17,10 +17,11 @@ from typing import Any
 
 import pandas as pd
 
+from ..planners.evaluation.reference import EdpBaseline, EdpReference
 from .leaderboard import COLUMNS, LeaderboardError, scan_rows
 
 __all__ = ["GROUP", "PAPER", "REFERENCE_PLANNERS", "PaperFigure", "best_rows",
-           "load_leaderboard", "ok_rows", "paper_figure"]
+           "load_leaderboard", "ok_rows", "paper_figure", "row_edp_reference"]
 
 #: Columns added with the schedule family and memory caps (docs/SCHEDULES.md): a leaderboard
 #: written before them is read as uncapped, its best EDP the better of the two it has.
@@ -98,6 +99,19 @@ def load_leaderboard(path: str | os.PathLike[str],
         df["T_best_edp"] = df[["T_gpipe_edp", "T_1f1b_edp"]].min(axis=1)
         df["speedup_vs_best_edp"] = df["T_best_edp"] / df["T_pred"] - 1.0
     return df
+
+
+def row_edp_reference(r: pd.Series) -> EdpReference:
+    """The EDP comparison a leaderboard row was written with (its ``T_``/``M_`` ``gpipe_edp``
+    and ``1f1b_edp`` columns; a missing value is a reference that does not fit)."""
+
+    def base(schedule: str) -> EdpBaseline:
+        T, M = r[f"T_{schedule}_edp"], r[f"M_{schedule}_edp"]
+        if pd.isna(T) or pd.isna(M):
+            return EdpBaseline(schedule, str(r["mode"]), None, None)
+        return EdpBaseline(schedule, str(r["mode"]), float(T), int(M))
+
+    return EdpReference(base("gpipe"), base("1f1b"))
 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -59,24 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _baseline(problem: Any, mode: str, schedule: str) -> tuple[int | None, float | None]:
-    """Best EDP(M) that fits under ``schedule``; (None, None) when no M fits."""
-    from ..memory import MemoryCapError
-    from ..planners.evaluation.reference import best_edp
-
-    try:
-        return best_edp(problem, mode, schedule)
-    except MemoryCapError:
-        return None, None
-
-
-def _speedup(T_base: float | None, T: float) -> float | None:
-    return None if T_base is None else T_base / T - 1.0
-
-
 def run(args: argparse.Namespace) -> int:
     from ..bound import lower_bound
     from ..memory import check_fits, format_bytes, parse_size
+    from ..planners.evaluation.reference import edp_reference
     from ..simulator import simulate
     from ._lookup import planner_class
     from ._lookup import problem as get_problem
@@ -92,11 +78,9 @@ def run(args: argparse.Namespace) -> int:
                        progress=not args.no_progress and sys.stderr.isatty())
     tl = simulate(problem, res.plan, res.schedule)
     check_fits(tl.peak_memory or [], tl.capacity, f"the plan planner {res.planner!r} returned")
-    M_g, T_g = _baseline(problem, args.mode, "gpipe")
-    M_1, T_1 = _baseline(problem, args.mode, "1f1b")
-    fitting = [t for t in (T_g, T_1) if t is not None]
-    T_e = min(fitting) if fitting else None
+    edp = edp_reference(problem, args.mode)
     T = res.iteration_time
+    speedups = edp.speedups(T)
     lb = lower_bound(problem, args.mode)
     out: dict[str, Any] = {
         "planner": res.planner,
@@ -108,14 +92,14 @@ def run(args: argparse.Namespace) -> int:
         "caps": None if res.plan.caps is None else list(res.plan.caps),
         "iteration_time": T,
         "start_time": res.start_time,
-        "gpipe_time": T_g,
-        "gpipe_M": M_g,
-        "1f1b_time": T_1,
-        "1f1b_M": M_1,
-        "best_edp_time": T_e,
-        "speedup_vs_gpipe": _speedup(T_g, T),
-        "speedup_vs_1f1b": _speedup(T_1, T),
-        "speedup_vs_best_edp": _speedup(T_e, T),
+        "gpipe_time": edp.gpipe.T,
+        "gpipe_M": edp.gpipe.M,
+        "1f1b_time": edp.one_f_one_b.T,
+        "1f1b_M": edp.one_f_one_b.M,
+        "best_edp_time": edp.best_T,
+        "speedup_vs_gpipe": speedups["gpipe"],
+        "speedup_vs_1f1b": speedups["1f1b"],
+        "speedup_vs_best_edp": speedups["best_edp"],
         "lower_bound": lb,
         "gap_to_bound": T / lb - 1.0,
         "memory_cap": None if tl.capacity is None else max(tl.capacity),
@@ -140,11 +124,12 @@ def run(args: argparse.Namespace) -> int:
           f"schedule]  ({res.evaluations} evaluations, {res.wall_time:.2f} s)")
     if res.start_time is not None:
         print(f"starting point   = {res.start_time * 1e3:.4f} ms")
-    for label, M, Tb in (("GPipe-EDP", M_g, T_g), ("1F1B-EDP", M_1, T_1)):
-        if Tb is None:
+    for label, schedule in (("GPipe-EDP", "gpipe"), ("1F1B-EDP", "1f1b")):
+        base, gain = edp.of(schedule), speedups[schedule]
+        if base.T is None or gain is None:
             print(f"vs {label:<10} no EDP(M) fits the memory cap")
         else:
-            print(f"vs {label:<10} (M={M:>3}, {Tb * 1e3:.4f} ms): {100 * (Tb / T - 1):+.2f} %")
+            print(f"vs {label:<10} (M={base.M:>3}, {base.T * 1e3:.4f} ms): {100 * gain:+.2f} %")
     print(f"lower bound     ({lb * 1e3:.4f} ms): T is at most {100 * (T / lb - 1):.2f} % above "
           "the optimum (docs/SIMNETS.md)")
     if tl.peak_memory is not None:

@@ -76,14 +76,11 @@ class Individual(list):
 
 def decode(ind: list[list[int]], S: int, B: int, mode: str, family: bool = False) -> Plan:
     """An individual -> :class:`Plan` (stash: backward tied to forward; ``family``: the last
-    chromosome is the caps)."""
-    L = B - 1
-    fb = [ind[0][s * L:(s + 1) * L] for s in range(S)]
-    bb = fb if mode == "stash" else [ind[1][s * L:(s + 1) * L] for s in range(S)]
-    plan = Plan.from_bits(fb, bb, mode)
-    if family and min(ind[-1]) < B:
-        plan = plan.with_caps(list(ind[-1]))
-    return plan
+    chromosome is the caps), by :meth:`Plan.from_bits` (:mod:`umpipe_bench.codec`)."""
+    shape = (S, B - 1)
+    fb = np.asarray(ind[0], dtype=np.uint8).reshape(shape)
+    bb = None if mode == "stash" else np.asarray(ind[1], dtype=np.uint8).reshape(shape)
+    return Plan.from_bits(fb, bb, mode, ind[-1] if family else None)
 
 
 def new_logbook() -> tools.Logbook:

@@ -1,4 +1,4 @@
-"""The one cut-bit encoding of plans (docs/MODEL.md §2), for every search planner.
+"""The cut-bit chromosomes of the search planners (docs/MODEL.md §2), on :mod:`umpipe_bench.codec`.
 
 A chromosome is ``S x (B-1)`` bits, stage-major: bit ``i`` of stage ``s`` is a microbatch
 boundary after sample ``i+1``. Every bit string is a valid composition, so crossover and
@@ -6,17 +6,17 @@ mutation never need repair. An individual is two chromosomes, forward and backwa
 mode the backward one is tied to the forward one (not searched; decoding reuses the forward
 bits). Arrays are uint8 ``[S, B-1]`` per individual, ``[N, S, B-1]`` per population.
 
-Everything that turns plans, microbatch counts or integer codes into bits, and back, lives
-here: DGAP, TiDGAP, random search, Optuna and exact all use these functions.
+The mappings between plans, counts, integer codes and bits are :mod:`umpipe_bench.codec`'s
+(re-exported here for the planners); this module adds the random chromosomes searches start
+from and the decoding of one individual to a :class:`~umpipe_bench.plan.Plan`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from ...plan import Plan, balanced_split
+from ...codec import codes_to_bits, edp_bits, edp_row, plan_to_bits, plans_to_bits
+from ...plan import Plan
 
 __all__ = [
     "bits_to_plan",
@@ -28,19 +28,6 @@ __all__ = [
     "plans_to_bits",
     "random_bits",
 ]
-
-
-def edp_row(B: int, M: int) -> np.ndarray:
-    """The cut bits ``[B-1]`` of a balanced split of ``B`` into ``M`` parts (docs/MODEL.md §2)."""
-    row = np.zeros(max(B - 1, 0), dtype=np.uint8)
-    cuts = np.cumsum(balanced_split(B, M)[:-1], dtype=np.int64) - 1
-    row[cuts] = 1
-    return row
-
-
-def edp_bits(S: int, B: int, M: int) -> np.ndarray:
-    """EDP(M) as cut bits ``[S, B-1]`` (balanced split, larger first; docs/MODEL.md §2)."""
-    return np.repeat(edp_row(B, M)[None], S, axis=0)
 
 
 def random_bits(rng: np.random.Generator, n: int, S: int, B: int) -> np.ndarray:
@@ -65,44 +52,11 @@ def random_bits(rng: np.random.Generator, n: int, S: int, B: int) -> np.ndarray:
     return out.reshape(n, S, L)
 
 
-def codes_to_bits(codes: np.ndarray, S: int, L: int) -> np.ndarray:
-    """Integer codes -> cut bits ``[n, S, L]`` (bit ``j`` of the code = flat bit ``j``)."""
-    shifts = np.arange(S * L, dtype=np.int64)
-    return ((np.asarray(codes, dtype=np.int64)[:, None] >> shifts) & 1).astype(
-        np.uint8).reshape(-1, S, L)
-
-
-def plan_to_bits(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """A plan -> ``(fbits, bbits)``, each uint8 ``[S, B-1]``."""
-    S, B = plan.S, plan.B
-    fb = np.zeros((S, B - 1), dtype=np.uint8)
-    bb = np.zeros((S, B - 1), dtype=np.uint8)
-    for arr, parts in ((fb, plan.fwd), (bb, plan.bwd)):
-        for s, sizes in enumerate(parts):
-            cuts = np.cumsum(sizes[:-1], dtype=np.int64) - 1
-            arr[s, cuts] = 1
-    return fb, bb
-
-
-def plans_to_bits(plans: Sequence[Plan]) -> tuple[np.ndarray, np.ndarray]:
-    """Several plans -> ``(fbits, bbits)`` ``[N, S, B-1]``."""
-    pairs = [plan_to_bits(p) for p in plans]
-    return np.stack([f for f, _ in pairs]), np.stack([b for _, b in pairs])
-
-
-def bits_to_plan(fb: np.ndarray, bb: np.ndarray | None, mode: str) -> Plan:
-    """``[S, B-1]`` cut bits -> :class:`Plan` (``bb`` ignored in stash mode)."""
-    fb = np.asarray(fb)
-    S, L = fb.shape
-
-    def sizes(row: np.ndarray) -> tuple[int, ...]:
-        ends = np.flatnonzero(row) + 1
-        return tuple(np.diff(ends, prepend=0, append=L + 1).tolist())
-
-    fwd = tuple(sizes(fb[s]) for s in range(S))
-    bwd = fwd if (mode == "stash" or bb is None) else tuple(
-        sizes(np.asarray(bb)[s]) for s in range(S))
-    return Plan(fwd=fwd, bwd=bwd, mode=mode)
+def bits_to_plan(fb: np.ndarray, bb: np.ndarray | None, mode: str,
+                 caps: np.ndarray | None = None) -> Plan:
+    """``[S, B-1]`` cut bits (and cap genes ``[S]``) -> :class:`Plan` (``bb`` ignored in stash
+    mode; caps decoded by :func:`umpipe_bench.codec.genes_to_caps`)."""
+    return Plan.from_bits(fb, bb, mode, caps)
 
 
 def decode(fb: np.ndarray, bb: np.ndarray, mode: str) -> Plan:

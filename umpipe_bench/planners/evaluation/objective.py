@@ -113,8 +113,5 @@ class FamilyObjective:
         return self.evaluator(genomes.fwd, genomes.bwd, caps)
 
     def decode(self, genomes: Genomes, i: int = 0) -> Plan:
-        plan = bits_to_plan(genomes.fwd[i], genomes.bwd[i], self.mode)
-        if genomes.caps is None:
-            return plan
-        caps = np.minimum(genomes.caps[i], self.problem.B)
-        return plan if caps.min() >= self.problem.B else plan.with_caps(caps.tolist())
+        return bits_to_plan(genomes.fwd[i], genomes.bwd[i], self.mode,
+                            None if genomes.caps is None else genomes.caps[i])

@@ -12,10 +12,18 @@ the rest, the same way for every planner:
 * it owns the budget as a :class:`Termination` (evaluations, generations, seconds; the first
   reached stops). A generation runs only if its worst case (:meth:`~SearchAlgorithm.ask_size`)
   still fits the evaluation budget;
+* it keeps the best genome evaluated so far (:class:`BestSoFar`, fed by every evaluation): an
+  algorithm with no best of its own (a library adapter, a sampler) is a
+  :class:`TrackedAlgorithm` and reports that one; a GA keeps its own (its hall of fame);
 * it keeps one typed :class:`History`: one :class:`Record` (generation, evaluations so far,
   wall time, best T so far) after the setup and after every tell. Plots and the leaderboard
   read these four fields (docs/ARCHITECTURE.md, "Search planners");
 * it draws the progress bar (tqdm, imported only when asked for) at most a few times a second.
+
+:class:`SearchPlanner` runs every search planner, the outside optimizers included, through the
+same steps: :meth:`~SearchPlanner.check_run` (refuse before any work), the objective, the
+algorithm, the loop (inside :meth:`~SearchPlanner.running`), then
+:meth:`~SearchPlanner.final_plan` (the plan, schedule and T the result reports).
 
 The objects here know nothing about plans or bits: a genome is whatever the objective
 evaluates (docs/MODEL.md §2's cut bits today).
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,12 +46,14 @@ from .history import HISTORY_FIELDS, History, Record
 
 __all__ = [
     "HISTORY_FIELDS",
+    "BestSoFar",
     "History",
     "Record",
     "SearchAlgorithm",
     "SearchLoop",
     "SearchPlanner",
     "Termination",
+    "TrackedAlgorithm",
 ]
 
 
@@ -69,11 +80,30 @@ class Termination:
         return b.seconds is not None and elapsed >= b.seconds
 
 
+class BestSoFar:
+    """The best genome evaluated so far (a copied batch of one) and its T: a strictly smaller T
+    replaces it, and within a batch the first minimum counts."""
+
+    def __init__(self) -> None:
+        self.value = float("inf")
+        self.genomes: Any = None
+
+    def note(self, genomes: Any, times: np.ndarray) -> None:
+        if len(times) == 0:
+            return
+        i = int(np.argmin(times))
+        if times[i] < self.value:
+            self.value = float(times[i])
+            self.genomes = (np.array(genomes[i:i + 1]) if isinstance(genomes, np.ndarray)
+                            else genomes.row(i).copy())
+
+
 class SearchAlgorithm:
     """An ask/tell search (subclasses implement the five hooks; :class:`SearchLoop` drives).
 
-    ``best_time`` (best T so far) and ``start_time`` (best T of the initial population: the
-    planner's starting point) are kept by the subclass.
+    ``start_time`` (best T of the initial population: the planner's starting point) is kept
+    by the subclass; ``best_time`` (best T so far) and :meth:`best` too, unless it is a
+    :class:`TrackedAlgorithm`, which reports the loop's :class:`BestSoFar`.
     """
 
     best_time: float = float("inf")
@@ -97,9 +127,22 @@ class SearchAlgorithm:
         """The best genome so far (a batch of one) and its T."""
         raise NotImplementedError
 
+    def bind(self, best: BestSoFar) -> None:
+        """Receive the loop's running best before :meth:`setup` (kept only by a
+        :class:`TrackedAlgorithm`)."""
+
     # Stand-alone driving (benchmarks): the same hooks, no budget or history.
     def initialize(self, evaluate: Evaluate | None = None) -> None:
-        self._standalone = evaluate or self._objective_evaluate()
+        inner = evaluate or self._objective_evaluate()
+        best = BestSoFar()
+
+        def noted(genomes: Genomes) -> np.ndarray:
+            times = inner(genomes)
+            best.note(genomes, times)
+            return times
+
+        self._standalone = noted
+        self.bind(best)
         self.setup(self._standalone)
 
     def step(self) -> None:
@@ -111,6 +154,26 @@ class SearchAlgorithm:
         if objective is None:
             raise TypeError(f"{type(self).__name__} has no objective to evaluate with")
         return objective.evaluate
+
+
+class TrackedAlgorithm(SearchAlgorithm):
+    """An algorithm whose best is the loop's :class:`BestSoFar`: ``best_time`` and
+    :meth:`best` read it, so the subclass keeps no best of its own."""
+
+    _best_so_far: BestSoFar | None = None
+
+    def bind(self, best: BestSoFar) -> None:
+        self._best_so_far = best
+
+    @property  # type: ignore[override]
+    def best_time(self) -> float:
+        return float("inf") if self._best_so_far is None else self._best_so_far.value
+
+    def best(self) -> tuple[Genomes, float]:
+        b = self._best_so_far
+        if b is None or b.genomes is None:
+            raise PlannerError(f"{type(self).__name__}: the budget allowed no evaluation")
+        return b.genomes, b.value
 
 
 class SearchLoop:
@@ -127,6 +190,7 @@ class SearchLoop:
         self.evaluations = 0
         self.generation = 0
         self.history = History()
+        self.best = BestSoFar()
         self._t0 = time.perf_counter()
 
     def evaluate(self, genomes: Genomes) -> np.ndarray:
@@ -140,7 +204,9 @@ class SearchLoop:
         if n == 0:
             return np.zeros(0)
         self.evaluations += n
-        return np.asarray(self.objective.evaluate(genomes), dtype=np.float64)
+        times = np.asarray(self.objective.evaluate(genomes), dtype=np.float64)
+        self.best.note(genomes, times)
+        return times
 
     def elapsed(self) -> float:
         return time.perf_counter() - self._t0
@@ -151,6 +217,7 @@ class SearchLoop:
     def run(self, algo: SearchAlgorithm) -> None:
         """Setup, then ask/evaluate/tell until the termination is reached."""
         self._t0 = time.perf_counter()
+        algo.bind(self.best)
         algo.setup(self.evaluate)
         self._record(algo)
         bar = None
@@ -183,8 +250,15 @@ class SearchPlanner(Planner):
 
     Subclasses declare ``defaults`` (validated at construction, :meth:`check_settings`) and
     implement :meth:`make_algorithm`; :meth:`make_objective` picks the evaluator (the
-    ``backend``/``device`` settings by default).
+    ``backend``/``device`` settings by default). The other steps of :meth:`_plan` have
+    defaults a planner may override: :meth:`check_run`, :meth:`running`, :meth:`finish`,
+    :meth:`final_plan`, :meth:`result_settings`.
     """
+
+    def check_run(self, problem: Problem, mode: str, settings: dict[str, Any],
+                  budget: Budget) -> None:
+        """Refuse a run that cannot start (a missing library, a budget the setup alone would
+        spend), before any work."""
 
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
                        ) -> Objective:
@@ -195,6 +269,10 @@ class SearchPlanner(Planner):
                        budget: Budget, seed: int | None, objective: Objective
                        ) -> SearchAlgorithm:
         raise NotImplementedError
+
+    def running(self) -> AbstractContextManager[Any]:
+        """The context the loop runs in (e.g. a library's warnings silenced)."""
+        return nullcontext()
 
     def result_settings(self, algo: SearchAlgorithm, objective: Objective,
                         settings: dict[str, Any]) -> dict[str, Any]:
@@ -207,26 +285,34 @@ class SearchPlanner(Planner):
     def finish(self, history: History, algo: SearchAlgorithm) -> None:
         """Hook after the run (e.g. attach an algorithm's own log to ``history.extra``)."""
 
-    def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
-              progress: bool) -> PlanResult:
+    def final_plan(self, problem: Problem, mode: str, objective: Objective, genomes: Any
+                   ) -> tuple[Plan, str, float]:
+        """``(plan, schedule, T)`` of the best genome: the family's plan under its own
+        schedule, never worse than the best EDP (:func:`never_worse_than_edp`), or the GPipe
+        recurrence's plan."""
         from ...simulator import gpipe_recurrence, simulate
 
-        s = dict(self.config)
-        termination = Termination(budget, self.name)
-        objective = self.make_objective(problem, mode, s)
-        algo = self.make_algorithm(problem, mode, s, budget, seed, objective)
-        loop = SearchLoop(objective, termination, progress, self.name)
-        loop.run(algo)
-        self.finish(loop.history, algo)
-        genome, _ = algo.best()
-        plan = objective.decode(genome, 0)
+        plan = objective.decode(genomes, 0)
         if isinstance(objective, FamilyObjective):
             schedule = "gpipe" if plan.caps is None else "capped"
             tl = simulate(problem, plan, schedule)
             T = np.inf if tl.fits_memory is False else tl.iteration_time
-            plan, schedule, T = never_worse_than_edp(problem, mode, plan, schedule, T)
-        else:
-            schedule, T = "gpipe", gpipe_recurrence(problem, plan)
+            return never_worse_than_edp(problem, mode, plan, schedule, T)
+        return plan, "gpipe", gpipe_recurrence(problem, plan)
+
+    def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
+              progress: bool) -> PlanResult:
+        s = dict(self.config)
+        self.check_run(problem, mode, s, budget)
+        termination = Termination(budget, self.name)
+        objective = self.make_objective(problem, mode, s)
+        algo = self.make_algorithm(problem, mode, s, budget, seed, objective)
+        loop = SearchLoop(objective, termination, progress, self.name)
+        with self.running():
+            loop.run(algo)
+        self.finish(loop.history, algo)
+        genome, _ = algo.best()
+        plan, schedule, T = self.final_plan(problem, mode, objective, genome)
         return PlanResult(
             planner=self.name, plan=plan, iteration_time=T, schedule=schedule,
             evaluations=loop.evaluations, start_time=algo.start_time, history=loop.history,
@@ -246,20 +332,15 @@ def never_worse_than_edp(problem: Problem, mode: str, plan: Plan, schedule: str,
     :class:`~umpipe_bench.memory.MemoryCapError` that names the stage, bytes and cap.
     """
     from ...memory import MemoryCapError
-    from ..evaluation.reference import best_edp
+    from ..evaluation.reference import edp_reference
 
-    best = (T, plan, schedule)
-    error = None
-    for sched in ("gpipe", "1f1b"):
-        try:
-            M, Tb = best_edp(problem, mode, sched)
-        except MemoryCapError as exc:
-            error = exc
-            continue
-        if Tb < best[0]:
-            best = (Tb, Plan.edp(problem.S, problem.B, M, mode), sched)
-    if not np.isfinite(best[0]):
-        if error is not None:
-            raise error
+    ref = edp_reference(problem, mode)
+    edp = ref.faster_than(T)
+    if edp is not None:
+        assert edp.M is not None and edp.T is not None
+        return Plan.edp(problem.S, problem.B, edp.M, mode), edp.schedule, edp.T
+    if not np.isfinite(T):
+        if ref.errors:
+            raise ref.errors["1f1b" if "1f1b" in ref.errors else "gpipe"]
         raise MemoryCapError(f"problem {problem.name!r} ({mode}): no plan found fits memory")
-    return best[1], best[2], float(best[0])
+    return plan, schedule, float(T)
