@@ -20,7 +20,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_genome_layout_and_bounds():
-    sp = GenomeSpace(S=3, B=5, mode="recompute", family="capped")
+    sp = GenomeSpace(S=3, B=5, mode="recompute", schedule="capped")
     assert (sp.n_bits, sp.n_caps, sp.dimension) == (24, 3, 27)
     assert sp.lower.tolist() == [0] * 24 + [1] * 3 and sp.upper.tolist() == [1] * 24 + [5] * 3
     assert GenomeSpace(3, 5, "stash", "gpipe").dimension == 12
@@ -77,7 +77,7 @@ def test_best_known_and_gap_come_from_the_committed_file():
 
 
 def test_bad_arguments_are_user_errors():
-    for kw, msg in (({"mode": "x"}, "mode must be"), ({"family": "1f1b"}, "family must be"),
+    for kw, msg in (({"mode": "x"}, "mode must be"), ({"schedule": "1f1b"}, "schedule must be"),
                     ({"budget": 0}, "budget must be")):
         with pytest.raises(UmpipeError, match=msg):
             PipelineObjective(synthetic_problem(2, 4, 0), **kw)
@@ -104,3 +104,13 @@ def test_lower_bound_is_below_every_value_and_the_best_known():
     X = rng.integers(0, 2, size=(50, obj.space.dimension))
     assert obj.lower_bound <= obj.evaluate(X).min()
     assert obj.lower_bound <= obj.best_known
+
+
+def test_family_is_the_older_name_of_schedule():
+    with pytest.warns(DeprecationWarning, match="schedule"):
+        old = PipelineObjective("sim-s3-b6-s0", "stash", family="capped")
+    new = PipelineObjective("sim-s3-b6-s0", "stash", schedule="capped")
+    assert old.schedule == new.schedule == old.family == "capped"
+    assert old.space == new.space and old.space.family == "capped"
+    with pytest.raises(UmpipeError, match="schedule must be one of gpipe, capped"):
+        PipelineObjective("sim-s3-b6-s0", "stash", schedule="family")

@@ -1,13 +1,13 @@
 """Problems as objectives: a flat integer genome in, predicted iteration times out.
 
 For researchers who bring their own optimizer (README "Bring your own optimizer"): no planner
-class to write. :class:`PipelineObjective` turns a problem, a memory mode and a schedule family
-into a black-box function in the manner of COCO's and pymoo's problems:
+class to write. :class:`PipelineObjective` turns a problem, a memory mode and a schedule
+(``gpipe`` or ``capped``) into a black-box function in the manner of COCO's and pymoo's problems:
 
 * :class:`GenomeSpace` says what a genome is: ``S·(B−1)`` forward cut bits (docs/MODEL.md §2:
   bit ``i`` of a stage cuts after sample ``i+1``), then, in recompute mode, as many backward
-  bits (in stash mode the backward partition is tied to the forward one), then, in the
-  ``capped`` family, one in-flight cap per stage in ``1..B`` (docs/SCHEDULES.md; ``B`` means
+  bits (in stash mode the backward partition is tied to the forward one), then, under the
+  ``capped`` schedule, one in-flight cap per stage in ``1..B`` (docs/SCHEDULES.md; ``B`` means
   uncapped: the GPipe lists). Every genome inside the bounds is a valid plan.
 * :meth:`PipelineObjective.evaluate` takes a batch ``[N, D]`` (or one genome ``[D]``) and
   returns the iteration times ``[N]`` from the numba family evaluator, bit-identical to the
@@ -33,10 +33,11 @@ from .errors import BudgetExhausted, InputError
 from .plan import MODES, Plan
 from .problem import Problem
 
-__all__ = ["FAMILIES", "BudgetExhausted", "GenomeSpace", "PipelineObjective"]
+__all__ = ["SCHEDULES", "BudgetExhausted", "GenomeSpace", "PipelineObjective"]
 
-#: Schedule families a genome can describe: cut bits only, or cut bits and in-flight caps.
-FAMILIES = ("gpipe", "capped")
+#: Schedules a genome can describe: cut bits only (GPipe), or cut bits and in-flight caps.
+SCHEDULES = ("gpipe", "capped")
+FAMILIES = SCHEDULES  # the older name
 
 
 class GenomeSpace(GenomeLayout):
@@ -50,7 +51,7 @@ class GenomeSpace(GenomeLayout):
         return plan, "gpipe" if plan.caps is None else "capped"
 
     def from_plan(self, plan: Plan) -> np.ndarray:
-        """The genome of a plan (its caps, in the capped family)."""
+        """The genome of a plan (its caps, under the capped schedule)."""
         f, b = plan_to_bits(plan)
         return self.join(f, b, plan.effective_caps() if self.n_caps else None)
 
@@ -62,22 +63,29 @@ class PipelineObjective:
     ``budget``: the most evaluations it will do (None: no limit).
     """
 
-    def __init__(self, problem: Problem | str, mode: str = "stash", family: str = "gpipe",
-                 budget: int | None = None, memory_cap: float | None = None) -> None:
+    def __init__(self, problem: Problem | str, mode: str = "stash", schedule: str = "gpipe",
+                 budget: int | None = None, memory_cap: float | None = None, *,
+                 family: str | None = None) -> None:
+        if family is not None:  # the older keyword
+            import warnings
+
+            warnings.warn("PipelineObjective(family=...) is now schedule=...",
+                          DeprecationWarning, stacklevel=2)
+            schedule = family
         if isinstance(problem, str):
             from .registry import get_problem
 
             problem = get_problem(problem)
         if mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if family not in FAMILIES:
-            raise InputError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+        if schedule not in SCHEDULES:
+            raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
         if budget is not None and budget < 1:
             raise InputError(f"budget must be a positive number of evaluations, got {budget}")
         from .planners.evaluation.family import FamilyEvaluator
 
-        self.problem, self.mode, self.family, self.budget = problem, mode, family, budget
-        self.space = GenomeSpace(problem.S, problem.B, mode, family)
+        self.problem, self.mode, self.schedule, self.budget = problem, mode, schedule, budget
+        self.space = GenomeSpace(problem.S, problem.B, mode, schedule)
         self._ev = FamilyEvaluator(problem, mode, memory_cap)
         self.evaluations = 0
         self.best_value = float("inf")
@@ -88,6 +96,11 @@ class PipelineObjective:
         self._t0: float | None = None
         self._batches = 0
         self._tail = False
+
+    @property
+    def family(self) -> str:
+        """The older name of :attr:`schedule`."""
+        return self.schedule
 
     @property
     def remaining(self) -> int | None:
@@ -139,7 +152,7 @@ class PipelineObjective:
         from .bench.best_known import BestKnown, BestKnownError
 
         try:
-            return BestKnown().value(self.problem.name, self.mode, self.family)
+            return BestKnown().value(self.problem.name, self.mode, self.schedule)
         except BestKnownError:
             return None
 

@@ -19,7 +19,7 @@ few mappings here:
   means uncapped, and a plan whose every cap is ``B`` or more is the uncapped plan
   (:func:`genes_to_caps`).
 * **flat genomes**: :class:`GenomeLayout` lays forward bits, backward bits (recompute mode
-  only) and caps (``capped`` family only) end to end, the genome outside optimizers see
+  only) and caps (``capped`` schedule only) end to end, the genome outside optimizers see
   (:mod:`umpipe_bench.api`).
 
 This module knows compositions, not the :class:`~umpipe_bench.plan.Plan` class (plan.py builds
@@ -142,13 +142,18 @@ def genes_to_caps(genes: Sequence[int] | np.ndarray | None, B: int
 class GenomeLayout:
     """A flat integer genome: ``S·(B−1)`` forward cut bits, then as many backward bits in
     recompute mode (stash mode ties them to the forward ones), then one cap per stage in
-    ``1..B`` in the ``capped`` family (``B``: uncapped). Every genome within the bounds
+    ``1..B`` under the ``capped`` schedule (``B``: uncapped). Every genome within the bounds
     decodes to a valid plan."""
 
     S: int
     B: int
     mode: str
-    family: str
+    schedule: str
+
+    @property
+    def family(self) -> str:
+        """The older name of :attr:`schedule`."""
+        return self.schedule
 
     @property
     def n_bits(self) -> int:
@@ -157,7 +162,7 @@ class GenomeLayout:
 
     @property
     def n_caps(self) -> int:
-        return self.S if self.family == "capped" else 0
+        return self.S if self.schedule == "capped" else 0
 
     @property
     def dimension(self) -> int:
@@ -180,7 +185,7 @@ class GenomeLayout:
             x = x[None]
         if x.ndim != 2 or x.shape[1] != self.dimension:
             raise ValueError(f"genomes: expected shape [N, {self.dimension}] (or [{self.dimension}]"
-                             f") for S={self.S}, B={self.B}, {self.mode}, {self.family}; got "
+                             f") for S={self.S}, B={self.B}, {self.mode}, {self.schedule}; got "
                              f"{x.shape}")
         xi = np.rint(x).astype(np.int64)
         if np.any(xi < self.lower) or np.any(xi > self.upper):
