@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..files import atomic_output
 from ..problem import atomic_write_text
 
 __all__ = ["COLUMNS", "DEFAULTS", "Point", "run_study", "study_points", "summarize",
@@ -255,10 +256,11 @@ def _plot(summary: Any, path: Path) -> None:
                  "planner, same memory mode). The paper's bar: >= +170 % vs GPipe, >= +100 % vs "
                  "PipeDream", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 0.97))
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_output(path, parents=True) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)
 
 
 def _markdown(summary: Any) -> str:
