@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserInputError
 from ..files import atomic_output
 from ..problem import atomic_write_text
 
@@ -130,11 +131,19 @@ def _evaluate(point: Point, planner: str, budget: str) -> dict[str, Any]:
 def _read_rows(path: Path) -> list[dict[str, str]]:
     if not path.exists():
         return []
-    with path.open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    if rows and set(rows[0]) != set(COLUMNS):
-        raise ValueError(f"{str(path)!r}: columns {sorted(rows[0])} are not the study's; move "
-                         "it away or pass another --out")
+    if not path.is_file():  # a folder, or a FIFO that reading would wait on forever
+        raise UserInputError(f"{str(path)!r}: not a regular file; expected the study's rows "
+                             "(heterogeneity.csv): move it away or pass another --out")
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header, rows = reader.fieldnames or [], list(reader)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise UserInputError(f"{str(path)!r}: not a readable CSV file ({exc}); move it away or "
+                             "pass another --out") from None
+    if header and set(header) != set(COLUMNS):
+        raise UserInputError(f"{str(path)!r}: columns {sorted(header)} are not the study's; "
+                             "move it away or pass another --out")
     return rows
 
 
