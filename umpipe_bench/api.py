@@ -23,6 +23,8 @@ into a black-box function in the manner of COCO's and pymoo's problems:
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +43,31 @@ FAMILIES = ("gpipe", "capped")
 
 class BudgetExhausted(UmpipeError):
     """A batch would take the objective past its evaluation budget; nothing was evaluated."""
+
+
+def _whole(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` as an ``int`` in ``low..high``: an integer type, never a bool, a float or a
+    string (a fractional budget or a ``"100"`` would otherwise pass ``<`` or fail deep
+    inside)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise UmpipeError(f"{name} must be an integer, got {value!r} "
+                          f"({type(value).__name__})")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in {low}..{high}"
+        raise UmpipeError(f"{name} must be {bound}, got {value}")
+    return int(value)
+
+
+def _genes(x: Any) -> np.ndarray:
+    """Genomes as integers: non-integer genes round to the nearest (halves to even), the one
+    conversion :meth:`GenomeSpace.split` (what is evaluated) and
+    :meth:`PipelineObjective.best_plan` (what is reported) share."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "biuf":
+        raise UmpipeError(f"genomes: expected numbers, got an array of {a.dtype}")
+    if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+        raise UmpipeError("genomes: a gene is NaN or infinite")
+    return np.rint(a).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -80,12 +107,12 @@ class GenomeSpace:
         if x.ndim == 1:
             x = x[None]
         if x.ndim != 2 or x.shape[1] != self.dimension:
-            raise ValueError(f"genomes: expected shape [N, {self.dimension}] (or [{self.dimension}]"
-                             f") for S={self.S}, B={self.B}, {self.mode}, {self.family}; got "
-                             f"{x.shape}")
-        xi = np.rint(x).astype(np.int64)
+            raise UmpipeError(f"genomes: expected shape [N, {self.dimension}] (or "
+                              f"[{self.dimension}]) for S={self.S}, B={self.B}, {self.mode}, "
+                              f"{self.family}; got {x.shape}")
+        xi = _genes(x)
         if np.any(xi < self.lower) or np.any(xi > self.upper):
-            raise ValueError("genomes: a gene is outside its bounds (bits 0..1, caps 1..B)")
+            raise UmpipeError("genomes: a gene is outside its bounds (bits 0..1, caps 1..B)")
         N, n = xi.shape[0], self.S * (self.B - 1)
         f = xi[:, :n].reshape(N, self.S, self.B - 1).astype(np.uint8)
         b = (xi[:, n:2 * n].reshape(N, self.S, self.B - 1).astype(np.uint8)
@@ -126,7 +153,8 @@ class PipelineObjective:
     """A problem as a counted, batched black-box objective (module docstring).
 
     ``problem``: a :class:`~umpipe_bench.problem.Problem` or a registered name;
-    ``budget``: the most evaluations it will do (None: no limit).
+    ``budget``: the most evaluations it will do, an integer >= 1 (None: no limit);
+    ``memory_cap``: bytes per stage, > 0 (None: the problem's own capacities, if any).
     """
 
     def __init__(self, problem: Problem | str, mode: str = "stash", family: str = "gpipe",
@@ -135,12 +163,21 @@ class PipelineObjective:
             from .registry import get_problem
 
             problem = get_problem(problem)
-        if mode not in MODES:
+        if not isinstance(problem, Problem):
+            raise UmpipeError(f"problem must be a Problem or a registered problem name, got "
+                              f"{type(problem).__name__}")
+        if not isinstance(mode, str) or mode not in MODES:
             raise UmpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if family not in FAMILIES:
+        if not isinstance(family, str) or family not in FAMILIES:
             raise UmpipeError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
-        if budget is not None and budget < 1:
-            raise UmpipeError(f"budget must be a positive number of evaluations, got {budget}")
+        if budget is not None:
+            budget = _whole("budget", budget, 1)
+        if memory_cap is not None:
+            if isinstance(memory_cap, bool) or not isinstance(memory_cap, numbers.Real) \
+                    or math.isnan(memory_cap) or memory_cap <= 0:
+                raise UmpipeError(f"memory_cap must be a number of bytes > 0 (or None: the "
+                                  f"problem's capacities), got {memory_cap!r}")
+            memory_cap = float(memory_cap)
         from .planners.evaluation.family import FamilyEvaluator
 
         self.problem, self.mode, self.family, self.budget = problem, mode, family, budget
@@ -164,6 +201,8 @@ class PipelineObjective:
         """Iteration times ``[N]`` (seconds) of a batch ``[N, D]`` or of one genome ``[D]``."""
         f, b, caps = self.space.split(genomes)
         n = f.shape[0]
+        if n == 0:
+            return np.empty(0)  # nothing evaluated, nothing counted
         if self.budget is not None and self.evaluations + n > self.budget:
             raise BudgetExhausted(
                 f"{n} more evaluations would exceed the budget of {self.budget} "
@@ -176,7 +215,7 @@ class PipelineObjective:
         improved = bool(T[i] < self.best_value)
         if improved:
             self.best_value = float(T[i])
-            self.best_genome = np.asarray(genomes).reshape(n, -1)[i].astype(np.int64)
+            self.best_genome = _genes(genomes).reshape(n, -1)[i]  # the genes evaluated
         rec = {"generation": self._batches, "evaluations": self.evaluations,
                "wall_time": time.perf_counter() - self._t0, "best": self.best_value}
         self._batches += 1
@@ -194,6 +233,7 @@ class PipelineObjective:
         """The genome of EDP(M) (every stage ``M`` balanced microbatches, uncapped)."""
         from .planners.evaluation.encoding import edp_bits
 
+        M = _whole("M (microbatches)", M, 1, self.problem.B)
         return self.space.join(edp_bits(self.problem.S, self.problem.B, M))
 
     def start_genome(self) -> np.ndarray:
