@@ -3,6 +3,7 @@ through a device, FIFO or socket, never over a CSV of other columns, nothing lef
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import shutil
@@ -11,6 +12,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,22 +35,33 @@ def _one_line_error(capsys, rc: int, *needles: str) -> str:
     return lines[0]
 
 
+@contextlib.contextmanager
+def _guarded(path: str) -> Iterator[str]:
+    """``path`` (a device or a link in /dev), put back as it was should a command replace it:
+    a regression run as root would otherwise break it for everyone on the machine."""
+    before = os.lstat(path)
+    link = os.readlink(path) if stat.S_ISLNK(before.st_mode) else None
+    try:
+        yield path
+    finally:
+        after = os.lstat(path)
+        if stat.S_IFMT(after.st_mode) != stat.S_IFMT(before.st_mode) and os.geteuid() == 0:
+            os.unlink(path)
+            if link is not None:
+                os.symlink(link, path)
+            else:
+                os.mknod(path, stat.S_IFMT(before.st_mode) | 0o600, before.st_rdev)
+                os.chmod(path, stat.S_IMODE(before.st_mode))
+            pytest.fail(f"the command replaced {path} (restored)")
+
+
 @pytest.fixture
 def dev_full():
-    """``/dev/full``, put back as the character device it was should a command replace it (a
-    regression run as root would otherwise break the machine's /dev/full for everyone)."""
-    path = "/dev/full"
-    if not os.path.exists(path):
+    if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full")
-    before = os.stat(path)
-    assert stat.S_ISCHR(before.st_mode)
-    yield path
-    after = os.lstat(path)
-    if not stat.S_ISCHR(after.st_mode) and os.geteuid() == 0:
-        os.unlink(path)
-        os.mknod(path, 0o666 | stat.S_IFCHR, before.st_rdev)
-        os.chmod(path, stat.S_IMODE(before.st_mode))
-        pytest.fail("the command replaced /dev/full (restored)")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    with _guarded("/dev/full") as path:
+        yield path
 
 
 def _files(folder: Path) -> list[str]:
@@ -78,7 +91,8 @@ def test_plan_refuses_a_device_in_a_subprocess_before_planning(dev_full):
 def test_a_file_descriptor_link_is_refused(capsys, path):
     """/dev/stdout leads (through /proc) to whatever fd 1 is, perhaps a log file that a rename
     would replace under the process writing it."""
-    rc = main([*SIMULATE, "--trace", path])
+    with _guarded("/dev/stdout"):
+        rc = main([*SIMULATE, "--trace", path])
     _one_line_error(capsys, rc, "--trace", path, "/proc")
 
 
@@ -253,3 +267,58 @@ def test_append_csv_names_a_missing_column(tmp_path):
         append_csv(path, ["a", "b", "c"], "1,2,3\n")
     append_csv(path, ["a", "b"], "3,4\n")
     assert path.read_text() == "a,b\n1,2\n3,4\n"
+
+
+# --- files that are read, merged and written back -----------------------------------------
+
+
+def test_bench_leaderboard_that_is_a_fifo_is_refused_without_blocking(tmp_path, capsys):
+    os.mkfifo(tmp_path / "leaderboard.csv")
+    rc = main(["bench", "--out", str(tmp_path), "--limit", "1", "--no-progress"])
+    _one_line_error(capsys, rc, "leaderboard.csv", "not a regular file")
+
+
+def test_bench_follows_a_linked_leaderboard(tmp_path):
+    from umpipe_bench.bench.leaderboard import Leaderboard
+
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "leaderboard.csv").symlink_to("kept/board.csv")
+    board = Leaderboard(tmp_path / "leaderboard.csv")
+    board.add({"problem": "p", "planner": "x", "seed": 0, "mode": "stash", "budget": "evals:1",
+               "settings_hash": "h"})
+    assert (tmp_path / "leaderboard.csv").is_symlink()
+    assert "evals:1" in (tmp_path / "kept" / "board.csv").read_text()
+
+
+@pytest.mark.parametrize("content, needle", [("a,b\n1,2\n", "are not the study's"),
+                                             (None, "not a regular file")])
+def test_study_rows_of_other_columns_or_a_fifo_are_one_line(tmp_path, capsys, content, needle):
+    rows = tmp_path / "heterogeneity.csv"
+    if content is None:
+        os.mkfifo(rows)
+    else:
+        rows.write_text(content)
+    rc = main(["study", "--out", str(tmp_path), "--stages", "2", "--batches", "4", "--h", "0",
+               "--seeds", "1", "--families", "knee", "--modes", "stash", "--no-progress",
+               "--no-gantt"])
+    _one_line_error(capsys, rc, "heterogeneity.csv", needle)
+    if content is not None:
+        assert rows.read_text() == content
+
+
+def test_best_known_update_refuses_a_device_file_before_simulating(tmp_path, capsys, dev_full):
+    lb = tmp_path / "leaderboard.csv"
+    lb.write_text("problem\n")
+    rc = main(["best-known", "update", "--from", str(lb), "--file", dev_full])
+    _one_line_error(capsys, rc, "--file", dev_full)
+    assert stat.S_ISCHR(os.stat(dev_full).st_mode)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--families", "nope"], "--families: unknown family 'nope'"),
+    (["--h", "2"], "--h: every h must be in [0, 1]"),
+    (["--seeds", "0"], "--seeds must be >= 1"),
+    (["--stages", "0"], "--stages: expected positive integers"),
+])
+def test_study_grid_errors_are_one_line(capsys, extra, needle):
+    _one_line_error(capsys, main(["study", *extra, "--list"]), needle)

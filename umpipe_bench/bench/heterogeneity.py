@@ -83,13 +83,18 @@ def study_points(stages: Sequence[int], batches: Sequence[int], modes: Sequence[
 
     for fam in families:
         if fam.removesuffix("-dc") not in FAMILIES:
-            raise ValueError(f"--families: unknown family {fam!r}; expected one of "
+            raise UserInputError(f"--families: unknown family {fam!r}; expected one of "
                              f"{', '.join(FAMILIES)} (optionally with -dc)")
     for h in hs:
         if not 0.0 <= h <= 1.0:
-            raise ValueError(f"--h: every h must be in [0, 1], got {h:g}")
+            raise UserInputError(f"--h: every h must be in [0, 1], got {h:g}")
+    for option, values in (("--stages", stages), ("--batches", batches)):
+        bad = [v for v in values if v < 1]
+        if bad or not values:
+            raise UserInputError(f"{option}: expected positive integers, got "
+                                 f"{','.join(map(str, values)) or 'none'}")
     if seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+        raise UserInputError(f"--seeds must be >= 1, got {seeds}")
     out: list[Point] = []
     for B in sorted(batches):
         for S in sorted(stages):
