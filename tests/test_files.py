@@ -160,6 +160,18 @@ def test_a_folder_that_cannot_be_written_is_refused(tmp_path, capsys):
         ro.chmod(0o755)
 
 
+def test_a_folder_that_cannot_be_written_is_refused_as_root_too(tmp_path, capsys,
+                                                                monkeypatch):
+    import umpipe_bench.files as files
+
+    real = os.access
+    monkeypatch.setattr(files.os, "access",
+                        lambda p, m: False if Path(p) == tmp_path else real(p, m))
+    rc = main([*PLAN, "--out", str(tmp_path / "plan.json")])
+    _one_line_error(capsys, rc, "--out", "is not writable")
+    assert _files(tmp_path) == []
+
+
 # --- the helper ---------------------------------------------------------------------------
 
 

@@ -144,15 +144,13 @@ def atomic_output(path: str | os.PathLike[str], option: str | None = None, *,
     ``.tmp``."""
     label = _label(path, option)
     target = output_target(path, option, parents=parents)
+    tmp: Path | None = None
     try:
         if parents:
             target.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        tmp = Path(name)
         os.close(fd)
-    except OSError as exc:
-        raise UserInputError(f"{label}: cannot write: {exc.strerror or exc}") from None
-    tmp = Path(name)
-    try:
         mode, old = _mode_of(target)
         os.chmod(tmp, mode)  # mkstemp makes 0600: keep the old file's mode, else the usual one
         if old is not None and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
@@ -168,10 +166,12 @@ def atomic_output(path: str | os.PathLike[str], option: str | None = None, *,
             os.close(fd)
         os.replace(tmp, target)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise UserInputError(f"{label}: cannot write: {exc.strerror or exc}") from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
 
 
