@@ -329,8 +329,7 @@ def test_best_known_update_refuses_a_device_file_before_simulating(tmp_path, cap
 @pytest.mark.parametrize("extra, needle", [
     (["--families", "nope"], "--families: unknown family 'nope'"),
     (["--h", "2"], "--h: every h must be in [0, 1]"),
-    (["--seeds", "0"], "--seeds must be >= 1"),
-    (["--stages", "0"], "--stages: expected positive integers"),
+    (["--stages", "0"], "--stages: every value must be >= 1, got 0"),
 ])
 def test_study_grid_errors_are_one_line(capsys, extra, needle):
     _one_line_error(capsys, main(["study", *extra, "--list"]), needle)

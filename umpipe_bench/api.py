@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UmpipeError
+from .errors import BudgetExhausted, InputError
 from .plan import MODES, Plan
 from .problem import Problem
 
@@ -41,20 +41,16 @@ __all__ = ["FAMILIES", "BudgetExhausted", "GenomeSpace", "PipelineObjective"]
 FAMILIES = ("gpipe", "capped")
 
 
-class BudgetExhausted(UmpipeError):
-    """A batch would take the objective past its evaluation budget; nothing was evaluated."""
-
-
 def _whole(name: str, value: Any, low: int, high: int | None = None) -> int:
     """``value`` as an ``int`` in ``low..high``: an integer type, never a bool, a float or a
     string (a fractional budget or a ``"100"`` would otherwise pass ``<`` or fail deep
     inside)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise UmpipeError(f"{name} must be an integer, got {value!r} "
+        raise InputError(f"{name} must be an integer, got {value!r} "
                           f"({type(value).__name__})")
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in {low}..{high}"
-        raise UmpipeError(f"{name} must be {bound}, got {value}")
+        raise InputError(f"{name} must be {bound}, got {value}")
     return int(value)
 
 
@@ -64,9 +60,9 @@ def _genes(x: Any) -> np.ndarray:
     :meth:`PipelineObjective.best_plan` (what is reported) share."""
     a = np.asarray(x)
     if a.dtype.kind not in "biuf":
-        raise UmpipeError(f"genomes: expected numbers, got an array of {a.dtype}")
+        raise InputError(f"genomes: expected numbers, got an array of {a.dtype}")
     if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-        raise UmpipeError("genomes: a gene is NaN or infinite")
+        raise InputError("genomes: a gene is NaN or infinite")
     return np.rint(a).astype(np.int64)
 
 
@@ -107,12 +103,12 @@ class GenomeSpace:
         if x.ndim == 1:
             x = x[None]
         if x.ndim != 2 or x.shape[1] != self.dimension:
-            raise UmpipeError(f"genomes: expected shape [N, {self.dimension}] (or "
+            raise InputError(f"genomes: expected shape [N, {self.dimension}] (or "
                               f"[{self.dimension}]) for S={self.S}, B={self.B}, {self.mode}, "
                               f"{self.family}; got {x.shape}")
         xi = _genes(x)
         if np.any(xi < self.lower) or np.any(xi > self.upper):
-            raise UmpipeError("genomes: a gene is outside its bounds (bits 0..1, caps 1..B)")
+            raise InputError("genomes: a gene is outside its bounds (bits 0..1, caps 1..B)")
         N, n = xi.shape[0], self.S * (self.B - 1)
         f = xi[:, :n].reshape(N, self.S, self.B - 1).astype(np.uint8)
         b = (xi[:, n:2 * n].reshape(N, self.S, self.B - 1).astype(np.uint8)
@@ -164,18 +160,18 @@ class PipelineObjective:
 
             problem = get_problem(problem)
         if not isinstance(problem, Problem):
-            raise UmpipeError(f"problem must be a Problem or a registered problem name, got "
+            raise InputError(f"problem must be a Problem or a registered problem name, got "
                               f"{type(problem).__name__}")
         if not isinstance(mode, str) or mode not in MODES:
-            raise UmpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not isinstance(family, str) or family not in FAMILIES:
-            raise UmpipeError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+            raise InputError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
         if budget is not None:
             budget = _whole("budget", budget, 1)
         if memory_cap is not None:
             if isinstance(memory_cap, bool) or not isinstance(memory_cap, numbers.Real) \
                     or math.isnan(memory_cap) or memory_cap <= 0:
-                raise UmpipeError(f"memory_cap must be a number of bytes > 0 (or None: the "
+                raise InputError(f"memory_cap must be a number of bytes > 0 (or None: the "
                                   f"problem's capacities), got {memory_cap!r}")
             memory_cap = float(memory_cap)
         from .planners.evaluation.family import FamilyEvaluator
@@ -275,5 +271,5 @@ class PipelineObjective:
     def best_plan(self) -> tuple[Plan, str]:
         """``(plan, schedule)`` of the best genome evaluated so far."""
         if self.best_genome is None:
-            raise UmpipeError("nothing has been evaluated yet")
+            raise InputError("nothing has been evaluated yet")
         return self.space.to_plan(self.best_genome)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import UmpipeError
+from .errors import InputError
 from .problem import atomic_write_text
 
 if TYPE_CHECKING:
@@ -42,8 +42,8 @@ MODES = ("stash", "recompute")
 PLAN_SCHEMA = "umpipe-plan/1"
 
 
-class PlanError(UmpipeError):
-    """A plan does not fit its problem or is malformed; the message names stage and field."""
+#: a plan that does not fit its problem or is malformed; the message names stage and field
+PlanError = InputError
 
 
 def balanced_split(B: int, M: int) -> tuple[int, ...]:

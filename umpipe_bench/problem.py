@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UmpipeError
+from .errors import InputError
 from .files import write_text
 
 __all__ = [
@@ -48,8 +48,8 @@ SPLIT_KINDS = ("ibwd", "ribwd", "wbwd")
 BWD_FAR_RANGE = (0.25, 4.0)
 
 
-class ProblemError(UmpipeError):
-    """A problem (file) is malformed; the message names the file, field and stage."""
+#: a malformed problem (file); the message names the file, field and stage
+ProblemError = InputError
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

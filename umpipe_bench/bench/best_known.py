@@ -29,7 +29,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from ..errors import UmpipeError
+from ..errors import InputError
 from ..problem import Problem, atomic_write_text
 
 __all__ = ["FAMILIES", "SCHEMA", "BestKnown", "BestKnownError", "Candidate", "Entry",
@@ -45,8 +45,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {"gpipe": ("gpipe",),
 REL_TOL = 1e-9
 
 
-class BestKnownError(UmpipeError):
-    """A best-known file that cannot be read, or an entry that does not reproduce."""
+#: a best-known file that cannot be read, or an entry that does not reproduce
+BestKnownError = InputError
 
 
 def default_path() -> Path:

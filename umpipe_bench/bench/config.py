@@ -49,7 +49,7 @@ from pydantic import (
     model_validator,
 )
 
-from ..errors import UmpipeError
+from ..errors import InputError
 from ..plan import MODES
 from ..planners.search.base import Budget, PlannerError
 from .memcap import NO_CAP, check_memory_cap
@@ -70,8 +70,8 @@ __all__ = [
 Mode = Literal["stash", "recompute"]
 
 
-class ConfigError(UmpipeError):
-    """A matrix file is malformed; the message names the file and the field."""
+#: a malformed matrix file; the message names the file and the field
+ConfigError = InputError
 
 
 def _check_budget(v: str) -> str:

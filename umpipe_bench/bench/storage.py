@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import UmpipeError
+from ..errors import InputError
 from ..filelock import sidecar_lock
 
 __all__ = ["CONNECT_TIMEOUT_S", "StorageError", "check_storage", "connect_args",
@@ -39,8 +39,8 @@ _TIMEOUT_ARGS = {"psycopg2": "connect_timeout", "psycopg": "connect_timeout",
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-class StorageError(UmpipeError):
-    """A ``--storage`` URL that cannot be used; the message says why and what to do."""
+#: a ``--storage`` URL that cannot be used; the message says why and what to do
+StorageError = InputError
 
 
 def sqlite_path(url: str) -> Path | None:
