@@ -114,3 +114,62 @@ def test_family_is_the_older_name_of_schedule():
     assert old.space == new.space and old.space.family == "capped"
     with pytest.raises(UmpipeError, match="schedule must be one of gpipe, capped"):
         PipelineObjective("sim-s3-b6-s0", "stash", schedule="family")
+
+
+@pytest.mark.parametrize("family", ["gpipe", "capped"])
+def test_best_plan_is_the_plan_of_the_best_value_with_fractional_genes(family):
+    """evaluate rounds non-integer genes; best_plan truncated them (0.6 -> 0), so the plan it
+    returned was not the one whose time was the best value."""
+    p = synthetic_problem(3, 8, 0)
+    obj = PipelineObjective(p, "stash", family)
+    rng = np.random.default_rng(1)
+    lo, hi = obj.space.lower, obj.space.upper
+    X = rng.uniform(lo - 0.49, hi + 0.49, size=(40, obj.space.dimension))
+    X[:, : obj.space.n_bits] = np.where(X[:, : obj.space.n_bits] > 0.5, 0.6, 0.4)
+    T = obj.evaluate(X)
+    plan, schedule = obj.best_plan()
+    assert simulate(p, plan, schedule).iteration_time == pytest.approx(obj.best_value,
+                                                                       rel=1e-12)
+    assert obj.best_value == T.min()
+    assert obj.best_genome.dtype == np.int64 and set(obj.best_genome[: obj.space.n_bits]) \
+        <= {0, 1}
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"budget": 10.5}, "budget must be an integer, got 10.5"),
+    ({"budget": "100"}, "budget must be an integer, got '100'"),
+    ({"budget": True}, "budget must be an integer, got True"),
+    ({"budget": 0}, "budget must be >= 1, got 0"),
+    ({"memory_cap": -1.0}, "memory_cap must be a number of bytes > 0"),
+    ({"memory_cap": 0}, "memory_cap must be a number of bytes > 0"),
+    ({"memory_cap": float("nan")}, "memory_cap must be a number of bytes > 0"),
+    ({"memory_cap": "24GiB"}, "memory_cap must be a number of bytes > 0"),
+    ({"memory_cap": True}, "memory_cap must be a number of bytes > 0"),
+    ({"mode": ["stash"]}, "mode must be one of"),
+    ({"schedule": None}, "schedule must be one of"),
+])
+def test_bad_arguments_are_refused_naming_them(kwargs, needle):
+    with pytest.raises(UmpipeError) as info:
+        PipelineObjective(synthetic_problem(2, 4, 0), **kwargs)
+    assert needle in str(info.value)
+
+
+def test_integer_budgets_of_any_integer_type_are_taken():
+    obj = PipelineObjective(synthetic_problem(2, 4, 0), budget=np.int64(5), memory_cap=2**40)
+    assert obj.budget == 5 and type(obj.budget) is int
+
+
+def test_a_problem_of_the_wrong_type_and_bad_genomes_are_user_errors():
+    with pytest.raises(UmpipeError, match="problem must be a Problem or a registered"):
+        PipelineObjective(3)  # type: ignore[arg-type]
+    obj = PipelineObjective(synthetic_problem(2, 4, 0))
+    with pytest.raises(UmpipeError, match="NaN or infinite"):
+        obj.evaluate(np.full(obj.space.dimension, np.nan))
+    with pytest.raises(UmpipeError, match="expected numbers"):
+        obj.evaluate(np.array(["1"] * obj.space.dimension))
+    with pytest.raises(UmpipeError, match=r"M \(microbatches\) must be in 1..4, got 5"):
+        obj.edp_genome(5)
+    with pytest.raises(UmpipeError, match="must be an integer, got 2.5"):
+        obj.edp_genome(2.5)  # type: ignore[arg-type]
+    assert obj.evaluate(np.empty((0, obj.space.dimension))).shape == (0,)
+    assert obj.evaluations == 0 and obj.history == []

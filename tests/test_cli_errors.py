@@ -245,10 +245,12 @@ def test_paths_helper_accepts_an_existing_file_to_overwrite(tmp_path):
     f = tmp_path / "profile.json"
     f.write_text("{}")
     check_output_file(f, "--out")  # no error
-    check_output_file(tmp_path / "new" / "deeper" / "p.json", "--out")  # folders to be made
+    with pytest.raises(UmpipeError, match="does not exist"):  # an output file's folder is not
+        check_output_file(tmp_path / "new" / "deeper" / "p.json", "--out")  # made for it
+    assert not (tmp_path / "new").exists()
     blocker = tmp_path / "blocker"
     blocker.write_text("x")
-    with pytest.raises(UmpipeError, match="is not a folder"):
+    with pytest.raises(UmpipeError, match="not a folder|Not a directory"):
         check_output_file(blocker / "p.json", "--out")
 
 

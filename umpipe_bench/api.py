@@ -23,6 +23,8 @@ class to write. :class:`PipelineObjective` turns a problem, a memory mode and a 
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from typing import Any
 
@@ -40,9 +42,46 @@ SCHEDULES = ("gpipe", "capped")
 FAMILIES = SCHEDULES  # the older name
 
 
+def _whole(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` as an ``int`` in ``low..high``: an integer type, never a bool, a float or a
+    string (a fractional budget or a ``"100"`` would otherwise pass ``<`` or fail deep
+    inside)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{name} must be an integer, got {value!r} "
+                          f"({type(value).__name__})")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in {low}..{high}"
+        raise InputError(f"{name} must be {bound}, got {value}")
+    return int(value)
+
+
+def _genes(x: Any) -> np.ndarray:
+    """Genomes as integers: non-integer genes round to the nearest (halves to even), the one
+    conversion :meth:`GenomeSpace.split` (what is evaluated) and
+    :meth:`PipelineObjective.best_plan` (what is reported) share."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "biuf":
+        raise InputError(f"genomes: expected numbers, got an array of {a.dtype}")
+    if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+        raise InputError("genomes: a gene is NaN or infinite")
+    return np.rint(a).astype(np.int64)
+
+
 class GenomeSpace(GenomeLayout):
     """The layout and bounds of a flat integer genome (module docstring;
     :class:`umpipe_bench.codec.GenomeLayout`), and its plans."""
+
+    def split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`GenomeLayout.split` of the genes as :func:`_genes` converts them (the
+        conversion :meth:`PipelineObjective.best_plan` uses too); a bad genome is an
+        :class:`~umpipe_bench.errors.InputError`."""
+        xi = _genes(x)
+        try:
+            return super().split(xi)
+        except InputError:
+            raise
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
 
     def to_plan(self, x: np.ndarray) -> tuple[Plan, str]:
         """``(plan, schedule)`` of one genome: ``gpipe`` when every cap is ``B``."""
@@ -60,7 +99,8 @@ class PipelineObjective:
     """A problem as a counted, batched black-box objective (module docstring).
 
     ``problem``: a :class:`~umpipe_bench.problem.Problem` or a registered name;
-    ``budget``: the most evaluations it will do (None: no limit).
+    ``budget``: the most evaluations it will do, an integer >= 1 (None: no limit);
+    ``memory_cap``: bytes per stage, > 0 (None: the problem's own capacities, if any).
     """
 
     def __init__(self, problem: Problem | str, mode: str = "stash", schedule: str = "gpipe",
@@ -76,12 +116,21 @@ class PipelineObjective:
             from .registry import get_problem
 
             problem = get_problem(problem)
-        if mode not in MODES:
+        if not isinstance(problem, Problem):
+            raise InputError(f"problem must be a Problem or a registered problem name, got "
+                              f"{type(problem).__name__}")
+        if not isinstance(mode, str) or mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if schedule not in SCHEDULES:
+        if not isinstance(schedule, str) or schedule not in SCHEDULES:
             raise InputError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-        if budget is not None and budget < 1:
-            raise InputError(f"budget must be a positive number of evaluations, got {budget}")
+        if budget is not None:
+            budget = _whole("budget", budget, 1)
+        if memory_cap is not None:
+            if isinstance(memory_cap, bool) or not isinstance(memory_cap, numbers.Real) \
+                    or math.isnan(memory_cap) or memory_cap <= 0:
+                raise InputError(f"memory_cap must be a number of bytes > 0 (or None: the "
+                                  f"problem's capacities), got {memory_cap!r}")
+            memory_cap = float(memory_cap)
         from .planners.evaluation.family import FamilyEvaluator
 
         self.problem, self.mode, self.schedule, self.budget = problem, mode, schedule, budget
@@ -110,6 +159,8 @@ class PipelineObjective:
         """Iteration times ``[N]`` (seconds) of a batch ``[N, D]`` or of one genome ``[D]``."""
         f, b, caps = self.space.split(genomes)
         n = f.shape[0]
+        if n == 0:
+            return np.empty(0)  # nothing evaluated, nothing counted
         if self.budget is not None and self.evaluations + n > self.budget:
             raise BudgetExhausted(
                 f"{n} more evaluations would exceed the budget of {self.budget} "
@@ -122,7 +173,7 @@ class PipelineObjective:
         improved = bool(T[i] < self.best_value)
         if improved:
             self.best_value = float(T[i])
-            self.best_genome = np.asarray(genomes).reshape(n, -1)[i].astype(np.int64)
+            self.best_genome = _genes(genomes).reshape(n, -1)[i]  # the genes evaluated
         rec = {"generation": self._batches, "evaluations": self.evaluations,
                "wall_time": time.perf_counter() - self._t0, "best": self.best_value}
         self._batches += 1
@@ -138,6 +189,7 @@ class PipelineObjective:
 
     def edp_genome(self, M: int) -> np.ndarray:
         """The genome of EDP(M) (every stage ``M`` balanced microbatches, uncapped)."""
+        M = _whole("M (microbatches)", M, 1, self.problem.B)
         return self.space.join(edp_bits(self.problem.S, self.problem.B, M))
 
     def start_genome(self) -> np.ndarray:

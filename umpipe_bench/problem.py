@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError
+from .files import write_text
 
 __all__ = [
     "BWD_FAR_RANGE",
@@ -53,24 +53,9 @@ ProblemError = InputError
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so that a reader never
-    sees a half-written file, even if this process is killed mid-write."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; keep the usual file mode
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``text`` to ``path`` through :func:`umpipe_bench.files.write_text` (a temporary
+    file and a rename: a reader never sees a half-written file), making missing folders."""
+    write_text(path, text, parents=True)
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,9 @@ import json
 import os
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from .problem import atomic_write_text
+from .files import atomic_output, write_text
 from .simulator import Timeline
 
 __all__ = ["COLORS", "chrome_trace", "gantt_figure", "save_chrome_trace", "save_gantt"]
@@ -59,7 +58,7 @@ def chrome_trace(tl: Timeline) -> dict[str, Any]:
 
 
 def save_chrome_trace(tl: Timeline, path: str | os.PathLike[str]) -> None:
-    atomic_write_text(path, json.dumps(chrome_trace(tl)))
+    write_text(path, json.dumps(chrome_trace(tl)), parents=True)
 
 
 def _draw(ax: Any, tl: Timeline, title: str, labels: bool) -> None:
@@ -101,12 +100,11 @@ def save_gantt(
     import matplotlib.pyplot as plt
 
     fig = gantt_figure(timelines, titles, labels)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=GANTT_DPI)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_output(path, parents=True) as tmp:
+            fig.savefig(tmp, dpi=GANTT_DPI, format="png")
+    finally:
+        plt.close(fig)
 
 
 def gantt_figure(

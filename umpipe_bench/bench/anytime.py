@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..files import atomic_output
 from .tables import GROUP, REFERENCE_PLANNERS, ok_rows
 
 __all__ = ["EPSILONS", "Run", "average_ranks", "bootstrap_ci", "ecdf", "ecdf_table",
@@ -282,9 +283,11 @@ def draw_ecdf(runs: Sequence[Run], refs: Mapping[tuple[str, str, str], tuple[flo
     axes[1].legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_output(out, parents=True) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return out
 
 

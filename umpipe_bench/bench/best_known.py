@@ -95,6 +95,9 @@ class BestKnown:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.entries: dict[tuple[str, str, str], Entry] = {}
+        if self.path.exists() and not self.path.is_file():  # a FIFO would block the read
+            raise BestKnownError(f"{str(self.path)!r}: not a regular file; expected a best-known "
+                                 "file (JSON)")
         if self.path.exists():
             try:
                 data = json.loads(self.path.read_text(encoding="utf-8"))

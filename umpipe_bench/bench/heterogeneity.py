@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError
+from ..files import atomic_output
 from ..problem import atomic_write_text
 
 __all__ = ["COLUMNS", "DEFAULTS", "Point", "run_study", "study_points", "summarize",
@@ -139,11 +140,19 @@ def _evaluate(point: Point, planner: str, budget: str) -> dict[str, Any]:
 def _read_rows(path: Path) -> list[dict[str, str]]:
     if not path.exists():
         return []
-    with path.open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    if rows and set(rows[0]) != set(COLUMNS):
-        raise ValueError(f"{str(path)!r}: columns {sorted(rows[0])} are not the study's; move "
-                         "it away or pass another --out")
+    if not path.is_file():  # a folder, or a FIFO that reading would wait on forever
+        raise UserInputError(f"{str(path)!r}: not a regular file; expected the study's rows "
+                             "(heterogeneity.csv): move it away or pass another --out")
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header, rows = reader.fieldnames or [], list(reader)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise UserInputError(f"{str(path)!r}: not a readable CSV file ({exc}); move it away or "
+                             "pass another --out") from None
+    if header and set(header) != set(COLUMNS):
+        raise UserInputError(f"{str(path)!r}: columns {sorted(header)} are not the study's; "
+                             "move it away or pass another --out")
     return rows
 
 
@@ -267,10 +276,11 @@ def _plot(summary: Any, path: Path) -> None:
                  "planner, same memory mode). The paper's bar: >= +170 % vs GPipe, >= +100 % vs "
                  "PipeDream", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 0.97))
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_output(path, parents=True) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)
 
 
 def _markdown(summary: Any) -> str:

@@ -119,6 +119,9 @@ def scan_rows(path: str | os.PathLike[str]) -> tuple[list[dict[str, str]], list[
         return [], []
     if p.is_dir():
         raise LeaderboardError(f"{str(p)!r} is a folder; expected a leaderboard CSV file")
+    if not p.is_file():  # reading a FIFO would wait forever; a device is never rewritten
+        raise LeaderboardError(f"{str(p)!r} is not a regular file; expected a leaderboard CSV "
+                               "file")
     rows: list[dict[str, str]] = []
     bad: list[str] = []
     try:

@@ -12,13 +12,13 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..files import atomic_output
 from .tables import best_rows, ok_rows, paper_figure, row_edp_reference
 
 __all__ = ["convergence_curve", "draw_all", "draw_convergence", "draw_gantts", "draw_speedup"]
@@ -37,11 +37,11 @@ def _plt() -> Any:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=130)
-    _plt().close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_output(path, parents=True) as tmp:
+            fig.savefig(tmp, dpi=130, format="png")
+    finally:
+        _plt().close(fig)
     return path
 
 

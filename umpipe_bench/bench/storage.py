@@ -1,9 +1,12 @@
 """Optuna storage URLs for ``umpipe-bench tune``, checked before a study is opened.
 
 A URL SQLAlchemy cannot parse, a database kind it does not know, a driver that is not
-installed, or an SQLite file whose folder does not exist is a :class:`StorageError` (one line,
-exit code 2; docs/ARCHITECTURE.md, "Errors") instead of a traceback from deep inside
-SQLAlchemy, and nothing is created on the way (no folder, no half-made study).
+installed, an SQLite file whose folder does not exist or that is not an SQLite database, and a
+server that cannot be reached or refuses the login are each a :class:`StorageError` (one line
+naming the URL, its password hidden, and the reason; exit code 2; docs/ARCHITECTURE.md,
+"Errors") instead of a traceback from deep inside SQLAlchemy, and nothing is created on the way
+(no folder, no lock file, no half-made study). A server that does not answer fails after
+:data:`CONNECT_TIMEOUT_S` seconds (the drivers' own default is to wait as long as TCP does).
 
 Several ``tune`` processes may open one new database at once: :func:`storage_lock` holds an
 ``flock`` on ``<file>.lock`` (SQLite) or a session advisory lock (PostgreSQL,
@@ -21,7 +24,19 @@ from pathlib import Path
 from ..errors import InputError
 from ..filelock import sidecar_lock
 
-__all__ = ["StorageError", "check_storage", "sqlite_path", "storage_lock"]
+__all__ = ["CONNECT_TIMEOUT_S", "StorageError", "check_storage", "connect_args",
+           "describe_failure", "sqlite_path", "storage_label", "storage_lock"]
+
+#: Seconds a connection to a database server may take before the storage is refused.
+CONNECT_TIMEOUT_S = 10
+
+#: The connect argument that bounds the connection time, per driver (SQLAlchemy's names).
+_TIMEOUT_ARGS = {"psycopg2": "connect_timeout", "psycopg": "connect_timeout",
+                 "psycopg2cffi": "connect_timeout", "pymysql": "connect_timeout",
+                 "mysqldb": "connect_timeout", "pg8000": "timeout"}
+
+#: The first bytes of every SQLite database file.
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 #: a ``--storage`` URL that cannot be used; the message says why and what to do
@@ -38,12 +53,88 @@ def sqlite_path(url: str) -> Path | None:
     return Path(u.database)
 
 
+def storage_label(url: str) -> str:
+    """The storage URL without its password (safe to print and save)."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("@")[-1]
+
+
+def connect_args(url: str) -> dict[str, int]:
+    """The driver's connect arguments that bound a connection to :data:`CONNECT_TIMEOUT_S`
+    (none for SQLite and for drivers without such an argument)."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        return {}
+    name = _TIMEOUT_ARGS.get(u.get_driver_name())
+    return {} if name is None else {name: CONNECT_TIMEOUT_S}
+
+
+def describe_failure(url: str, exc: BaseException) -> StorageError:
+    """A database error met while opening ``url`` as one line: the driver's own first line."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = [ln.strip() for ln in str(orig).splitlines() if ln.strip()]
+    reason = lines[0] if lines else type(orig).__name__
+    return StorageError(f"--storage {storage_label(url)!r}: cannot open the study's database: "
+                        f"{reason}")
+
+
+def _check_sqlite_file(url: str, where: str) -> None:
+    path = sqlite_path(url)
+    if path is None:
+        return
+    if not path.absolute().parent.is_dir():
+        raise StorageError(f"{where}: folder {str(path.parent)!r} does not exist; create it "
+                           "or choose another file")
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise StorageError(f"{where}: {str(path)!r} is not a regular file; expected an SQLite "
+                           "database file (or a new name)")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise StorageError(f"{where}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    if head and head != _SQLITE_MAGIC:
+        raise StorageError(f"{where}: {str(path)!r} is not an SQLite database; choose another "
+                           "file")
+    if head:
+        tables = _sqlite_tables(path, where)
+        if tables and "studies" not in tables:  # Optuna would add its tables to someone's data
+            raise StorageError(f"{where}: {str(path)!r} is an SQLite database of something "
+                               f"else (tables {', '.join(sorted(tables)[:5])}), not an Optuna "
+                               "storage; choose another file")
+
+
+def _sqlite_tables(path: Path, where: str) -> set[str]:
+    """The tables of an SQLite file, read without writing to it."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise StorageError(f"{where}: cannot read {str(path)!r} as an SQLite database: "
+                           f"{exc}") from None
+    return {r[0] for r in rows}
+
+
 def check_storage(url: str) -> None:
-    """Fail now, naming the reason, if Optuna could not open ``url``."""
+    """Fail now, naming the reason, if Optuna could not open ``url`` (what can be known without
+    connecting; :func:`describe_failure` words what a connection then meets)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    where = f"--storage {url!r}"
+    where = f"--storage {storage_label(url)!r}"
     try:
         u = make_url(url)
     except ArgumentError:
@@ -60,10 +151,7 @@ def check_storage(url: str) -> None:
         module = getattr(exc, "name", None) or u.get_driver_name()
         raise StorageError(f"{where}: the {u.get_backend_name()} driver {module!r} is not "
                            f"installed (pip install {module})") from None
-    path = sqlite_path(url)
-    if path is not None and not path.absolute().parent.is_dir():
-        raise StorageError(f"{where}: folder {str(path.parent)!r} does not exist; create it "
-                           "or choose another file")
+    _check_sqlite_file(url, where)
 
 
 #: The PostgreSQL advisory lock key :func:`storage_lock` takes (any fixed 64-bit number).
@@ -75,7 +163,7 @@ def _pg_lock(url: str) -> Iterator[None]:
     from sqlalchemy import create_engine, text
     from sqlalchemy.pool import NullPool
 
-    engine = create_engine(url, poolclass=NullPool)
+    engine = create_engine(url, poolclass=NullPool, connect_args=connect_args(url))
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": PG_LOCK_KEY})

@@ -33,7 +33,14 @@ from ..problem import atomic_write_text
 from .baselines import BaselineCache
 from .config import planner_class
 from .provenance import git_revision, timestamp, versions
-from .storage import check_storage, storage_lock
+from .storage import (
+    check_storage,
+    connect_args,
+    describe_failure,
+    sqlite_path,
+    storage_label,
+    storage_lock,
+)
 
 __all__ = ["SEARCH_SPACE", "TUNED_SCHEMA", "TuneError", "TuneSpec", "check_spec",
            "evaluate_settings", "finish",
@@ -131,16 +138,6 @@ def gmean_speedup(per_problem: dict[str, float]) -> float:
     return math.exp(sum(per_problem.values()) / len(per_problem)) - 1.0
 
 
-def storage_label(storage: str) -> str:
-    """The storage URL without a password (safe to print and save)."""
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(storage).render_as_string(hide_password=True)
-    except Exception:
-        return storage.split("@")[-1]
-
-
 def check_spec(spec: TuneSpec) -> None:
     """Everything a run needs that can be checked before a study is touched: the planner is
     tunable, its budget parses, its defaults build a planner."""
@@ -150,38 +147,82 @@ def check_spec(spec: TuneSpec) -> None:
     planner_class(spec.planner)(**{**spec.fixed, **{k: defaults[k] for k in space}})
 
 
-def open_study(spec: TuneSpec, storage: str, study_name: str, seed: int | None) -> Any:
+def open_study(spec: TuneSpec, storage: str, study_name: str, seed: int | None, *,
+               create: bool = True) -> Any:
     """Create or join the study; refuse one made for a different planner/cells/budget.
 
     The spec and the storage are checked first (:func:`check_spec`,
-    :func:`.storage.check_storage`), so a bad one leaves no study behind.
+    :func:`.storage.check_storage`), so a bad one leaves no study behind; a database that
+    cannot be opened (a server that cannot be reached, a file that is not a database) is a
+    one-line :class:`~.storage.StorageError`. With ``create=False`` only an existing study is
+    opened (nothing is created: no file, no table, no study) and a missing one is a
+    :class:`TuneError`.
     """
-    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
 
     check_spec(spec)
     check_storage(storage)
-    sampler = optuna.samplers.TPESampler(seed=seed)
-    with storage_lock(storage):
-        study = optuna.create_study(storage=storage, study_name=study_name,
-                                    direction="maximize", sampler=sampler, load_if_exists=True)
-        mine = spec.identity()
-        theirs = {k: study.user_attrs[k] for k in mine if k in study.user_attrs}
-        if not theirs:
-            for k, v in mine.items():
-                study.set_user_attr(k, v)
-            defaults = planner_class(spec.planner).defaults
-            first = {k: defaults[k] for k in search_space(spec.planner)}
-            study.enqueue_trial(first, user_attrs={"defaults": True}, skip_if_exists=True)
-        else:
-            diff = [k for k in mine if theirs.get(k) != mine[k]]
-            if diff:
-                raise TuneError(
-                    f"study {study_name!r} in {storage_label(storage)} tunes something else: "
-                    + "; ".join(f"{k}: study has {theirs.get(k)!r}, this run {mine[k]!r}"
-                                for k in diff)
-                    + ". Use another --study-name, or the study's settings."
-                )
-        return study
+    try:
+        if not create:
+            return _load_study(storage, study_name, seed)
+        with storage_lock(storage):
+            return _create_study(spec, storage, study_name, seed)
+    except SQLAlchemyError as exc:
+        raise describe_failure(storage, exc) from None
+
+
+def _rdb(storage: str, create: bool) -> Any:
+    """Optuna's storage for ``storage``, its connections bounded in time
+    (:func:`.storage.connect_args`)."""
+    import optuna
+
+    args = connect_args(storage)
+    return optuna.storages.RDBStorage(
+        storage, engine_kwargs={"connect_args": args} if args else None,
+        skip_table_creation=not create)
+
+
+def _load_study(storage: str, study_name: str, seed: int | None) -> Any:
+    import optuna
+
+    missing = TuneError(f"study {study_name!r} does not exist in {storage_label(storage)}; "
+                        "--trials 0 only judges an existing study (give --trials N to add N "
+                        "trials)")
+    path = sqlite_path(storage)
+    if path is not None and (not path.exists() or path.stat().st_size == 0):
+        raise missing  # opening it would create the file
+    rdb = _rdb(storage, create=False)
+    if study_name not in {s.study_name for s in rdb.get_all_studies()}:
+        raise missing
+    return optuna.load_study(study_name=study_name, storage=rdb,
+                             sampler=optuna.samplers.TPESampler(seed=seed))
+
+
+def _create_study(spec: TuneSpec, storage: str, study_name: str, seed: int | None) -> Any:
+    import optuna
+
+    study = optuna.create_study(storage=_rdb(storage, create=True), study_name=study_name,
+                                direction="maximize",
+                                sampler=optuna.samplers.TPESampler(seed=seed),
+                                load_if_exists=True)
+    mine = spec.identity()
+    theirs = {k: study.user_attrs[k] for k in mine if k in study.user_attrs}
+    if not theirs:
+        for k, v in mine.items():
+            study.set_user_attr(k, v)
+        defaults = planner_class(spec.planner).defaults
+        first = {k: defaults[k] for k in search_space(spec.planner)}
+        study.enqueue_trial(first, user_attrs={"defaults": True}, skip_if_exists=True)
+    else:
+        diff = [k for k in mine if theirs.get(k) != mine[k]]
+        if diff:
+            raise TuneError(
+                f"study {study_name!r} in {storage_label(storage)} tunes something else: "
+                + "; ".join(f"{k}: study has {theirs.get(k)!r}, this run {mine[k]!r}"
+                            for k in diff)
+                + ". Use another --study-name, or the study's settings."
+            )
+    return study
 
 
 def run_study(study: Any, spec: TuneSpec, *, trials: int | None, timeout: float | None,

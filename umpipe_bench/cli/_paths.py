@@ -1,9 +1,10 @@
 """Output paths of the command line, checked before any work starts.
 
-A command that writes a file checks its path first (not a folder; its nearest existing folder
-writable), so a long run such as ``profile`` never finishes only to fail on its output; the
-write itself still turns an ``OSError`` into one line naming the option (docs/ARCHITECTURE.md,
-"Errors").
+A command that writes a file checks its path first with the rules the write itself applies
+(:mod:`umpipe_bench.files`: a regular file or a new name, links followed, in an existing
+writable folder), so a long run such as ``profile`` never finishes only to fail on its output;
+the write itself names the option in its one-line error too (docs/ARCHITECTURE.md, "Errors").
+An output folder (``bench --out``) may be made, its nearest existing folder being writable.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import UserInputError
+from ..files import named_output, output_target
 
 __all__ = ["check_output_dir", "check_output_file", "writing"]
 
@@ -25,10 +27,9 @@ def _nearest_existing(path: Path) -> Path:
     return p
 
 
-def _check_parent(path: Path, option: str, start: Path | None = None) -> None:
-    """The nearest existing folder on the way to ``path`` (from ``start``, default
-    ``path``) must be a writable folder."""
-    base = _nearest_existing(path if start is None else start)
+def _check_parent(path: Path, option: str) -> None:
+    """The nearest existing folder on the way to ``path`` must be a writable folder."""
+    base = _nearest_existing(path)
     if not base.is_dir():
         raise UserInputError(f"{option} {str(path)!r}: {str(base)!r} is not a folder")
     if not os.access(base, os.W_OK | os.X_OK):
@@ -36,17 +37,11 @@ def _check_parent(path: Path, option: str, start: Path | None = None) -> None:
 
 
 def check_output_file(path: str | os.PathLike[str] | None, option: str) -> None:
-    """Fail now if ``path`` cannot become a file: it is a folder, or no folder on its way
-    can be written."""
+    """Fail now if ``path`` cannot become a file (:func:`umpipe_bench.files.output_target`):
+    it is a folder, a device, a FIFO or a socket, or its folder is missing or not writable."""
     if path is None:
         return
-    p = Path(path)
-    if p.is_dir():
-        raise UserInputError(f"{option} {str(p)!r}: is a folder; expected a file name")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise UserInputError(f"{option} {str(p)!r}: file is not writable")
-    # from the file's folder: an existing file is overwritten, its folder must be writable
-    _check_parent(p, option, p.parent)
+    output_target(path, option)
 
 
 def check_output_dir(path: str | os.PathLike[str] | None, option: str) -> None:
@@ -61,9 +56,11 @@ def check_output_dir(path: str | os.PathLike[str] | None, option: str) -> None:
 
 @contextmanager
 def writing(path: str | os.PathLike[str], option: str) -> Iterator[None]:
-    """Turn an ``OSError`` while writing ``path`` into a one-line error naming ``option``."""
+    """Name ``option`` in the one-line error of any write to ``path`` within the block, and
+    turn an ``OSError`` there into such a line."""
     try:
-        yield
+        with named_output(path, option):
+            yield
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise UserInputError(f"{option} {str(path)!r}: cannot write: {reason}") from None

@@ -48,7 +48,12 @@ def run(args: argparse.Namespace) -> int:
         return 1 if bad else 0
     if not Path(args.source).is_file():
         raise UserInputError(f"--from {args.source!r}: no such leaderboard file")
-    rep = bk.update(bk.candidates_from_leaderboard(args.source), args.file)
+    from ._paths import check_output_file, writing
+
+    path = bk.default_path() if args.file is None else args.file
+    check_output_file(path, "--file")  # before re-simulating every candidate
+    with writing(path, "--file"):
+        rep = bk.update(bk.candidates_from_leaderboard(args.source), args.file)
     for e in rep.accepted:
         print(f"recorded {e.problem} {e.mode} {e.family}: {e.value * 1e3:.4f} ms "
               f"({e.planner}, {e.schedule})")

@@ -74,7 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", default=None, help="working folder (default: a temporary one)")
     p.add_argument("--echo", action="store_true", help="show the workers' output live")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--csv", metavar="FILE", help="write one row per plan (appends if compatible)")
+    p.add_argument("--csv", metavar="FILE", help="write one row per plan; appended to an "
+                   "existing file with the same header, refused if its header differs")
     p.set_defaults(func=run)
 
 
@@ -103,13 +104,15 @@ def _check_backend(backend: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Prepare (refusing what cannot run), launch or join torchrun, print the report."""
+    from ..files import check_append_csv
     from ..runtime.errors import StageFailure
     from ..runtime.execution import prepare, run_execution
-    from ..runtime.report import format_table, write_csv
+    from ..runtime.report import COLUMNS, format_table, write_csv
     from ._lookup import problem as get_problem
-    from ._paths import check_output_dir, check_output_file, writing
+    from ._paths import check_output_dir, writing
 
-    check_output_file(args.csv, "--csv")
+    if args.csv:  # a file of other rows is refused now, not after the run
+        check_append_csv(args.csv, COLUMNS, "--csv")
     check_output_dir(args.run_dir, "--run-dir")
     problem = get_problem(args.problem)
     ex = prepare(problem, [args.plan, *args.vs], mode=args.mode, peer=not args.no_peer,

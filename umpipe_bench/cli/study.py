@@ -92,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         print(f"{len(points)} points")
         return 0
+    from ._paths import check_output_dir
+
+    check_output_dir(args.out, "--out")
     if not args.report_only:
         n, errors = run_study(args.out, points, planner=args.planner, budget=args.budget,
                               jobs=args.jobs, progress=False if args.no_progress else None)

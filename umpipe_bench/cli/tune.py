@@ -36,9 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=list(d.seeds), help="planner seeds")
     p.add_argument("--budget", default=d.budget, help="planner budget per run")
     p.add_argument("--trials", type=int, default=40, help="trials to add in this run (0: none, "
-                   "only judge and save the study's best)")
+                   "only judge and save the best of an existing study)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECS",
-                   help="stop adding trials after this many seconds")
+                   help="stop adding trials after this many seconds (> 0)")
     p.add_argument("--storage", default="sqlite:///results/tuning.db",
                    help="Optuna storage URL (any RDB that SQLAlchemy reaches)")
     p.add_argument("--study-name", default=None,
@@ -57,16 +57,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _check_counts(args: argparse.Namespace) -> None:
+    """--trials and --timeout, before anything is read or created."""
+    import math
+
+    if args.trials < 0:
+        raise UserInputError(f"--trials must be >= 0, got {args.trials}")
+    if args.trials == 0 and args.no_judge:
+        raise UserInputError("--trials 0 with --no-judge does nothing; give --trials N >= 1")
+    if args.timeout is not None and not (args.timeout > 0 and math.isfinite(args.timeout)):
+        raise UserInputError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
+
+
 def run(args: argparse.Namespace) -> int:
-    import shutil
     from pathlib import Path
 
     from ..bench.tune import TuneSpec, finish, open_study, run_study, summary_markdown
+    from ..files import write_text
     from ..planners.algorithms.tuned import tuned_path
-    from ..problem import atomic_write_text
     from ._lookup import problem as get_problem
     from ._paths import check_output_file, writing
 
+    _check_counts(args)
     spec = TuneSpec(planner=args.planner, train=tuple(args.train),
                     heldout=tuple(args.heldout), modes=tuple(args.modes),
                     seeds=tuple(args.seeds), budget=args.budget)
@@ -75,30 +87,45 @@ def run(args: argparse.Namespace) -> int:
     overlap = sorted(set(spec.train) & set(spec.heldout))
     if overlap:
         raise UserInputError(f"--heldout problems must not be training problems: {overlap}")
-    if args.trials < 0:
-        raise UserInputError(f"--trials must be >= 0, got {args.trials}")
+    save = Path(args.save or f"results/tuned-{spec.planner}.json")
     if not args.no_judge:
-        check_output_file(args.save, "--save")
+        check_output_file(save, "--save")
         check_output_file(args.report, "--report")
+        if args.install:
+            check_output_file(tuned_path(spec.planner), "--install")
     name = args.study_name or f"{spec.planner}-{spec.budget.replace(':', '')}"
-    study = open_study(spec, args.storage, name, args.seed)
+    study = open_study(spec, args.storage, name, args.seed,
+                       create=args.trials > 0 or args.timeout is not None)
     if args.trials or args.timeout:
         run_study(study, spec, trials=args.trials or None, timeout=args.timeout,
                   progress=not args.no_progress)
-    print(f"study {name!r}: {len(study.trials)} trials; best train score "
-          f"{study.best_value:+.2%} (trial {study.best_trial.number})")
+    print(_study_line(study, name))
     if args.no_judge:
         return 0
-    save = Path(args.save or f"results/tuned-{spec.planner}.json")
-    result = finish(study, spec, args.storage, save)
+    with writing(save, "--save"):
+        result = finish(study, spec, args.storage, save)
     md = summary_markdown(result)
     with writing(args.report, "--report"):
-        atomic_write_text(args.report, md)
+        write_text(args.report, md)
     print(md)
     print(f"wrote {save} and {args.report}")
     if args.install:
         target = tuned_path(spec.planner)
-        shutil.copyfile(save, target)
+        with writing(target, "--install"):
+            write_text(target, save.read_text(encoding="utf-8"))
         print(f"installed {target}" + (" (read by planner 'tidgap-tuned')"
                                        if spec.planner == "tidgap" else ""))
     return 0
+
+
+def _study_line(study: object, name: str) -> str:
+    """The study's size and best score (a study whose trials all failed has none)."""
+    import optuna
+
+    trials = study.trials  # type: ignore[attr-defined]
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not done:
+        return f"study {name!r}: {len(trials)} trials, none finished"
+    best = max(done, key=lambda t: t.value)
+    return (f"study {name!r}: {len(trials)} trials; best train score {best.value:+.2%} "
+            f"(trial {best.number})")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import io
 import os
 import statistics
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
+
+from ..files import append_csv
 
 __all__ = ["COLUMNS", "format_table", "summarize", "write_csv"]
 
@@ -150,19 +152,14 @@ def summarize(
 
 
 def write_csv(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> None:
-    """Write ``rows`` with :data:`COLUMNS` (a new file, or appended under a matching header)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    append = False
-    if path.exists() and path.stat().st_size:
-        with open(path, encoding="utf-8", newline="") as fh:
-            append = next(csv.reader(fh), []) == list(COLUMNS)
-    with open(path, "a" if append else "w", encoding="utf-8", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(COLUMNS), extrasaction="ignore")
-        if not append:
-            w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+    """Write ``rows`` with :data:`COLUMNS`: a new file, or appended to one with the same header
+    (a file with another header is refused: :func:`umpipe_bench.files.append_csv`)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(COLUMNS), extrasaction="ignore",
+                       lineterminator="\n")
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+    append_csv(path, COLUMNS, buf.getvalue())
 
 
 def _fmt(x: Any, unit: str = "") -> str:

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..files import write_text
+
 __all__ = ["BACKENDS", "DTYPE_NAMES", "ENGINES", "OPTIMIZERS", "Entry", "RunSpec"]
 
 #: "umpipe": our executor runs ``ops``; "torch": torch.distributed.pipelining runs EDP(M).
@@ -65,7 +67,7 @@ class JsonSpec:
         return cls(**data)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        Path(path).write_text(json.dumps(self.to_dict()) + "\n", encoding="utf-8")
+        write_text(path, json.dumps(self.to_dict()) + "\n", parents=True)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Any:
