@@ -413,6 +413,37 @@ class Problem:
             fail(f"field 'device_capacity' must be positive bytes, got {self.device_capacity!r}")
         return self
 
+    def digest(self, split: bool = False, capacities: bool = True) -> str:
+        """A hash of everything that determines the costs of our plans (the key of leaderboard
+        rows and best-known entries).
+
+        The split-backward tables (``ibwd``, ``ribwd``, ``wbwd``,
+        ``memory.w_held_bytes_per_sample`` and their provenance) are left out unless ``split``:
+        no plan of ours uses them, only the zero-bubble torch schedules do, so profiling them
+        into a problem file keeps the digests of its leaderboard rows and best-known plans.
+        ``split=True`` hashes the whole file. ``capacities=False`` leaves out the memory
+        capacities (``device_capacity``, ``memory.capacity_bytes``): a plan file's
+        ``meta.problem_digest``, so that a plan made under a memory cap names the same problem
+        as the uncapped one (a cap constrains a run; it changes no cost).
+        """
+        import hashlib
+
+        data = self.to_dict()
+        if not capacities:
+            data.pop("device_capacity", None)
+            for st in data["stages"]:
+                st.get("memory", {}).pop("capacity_bytes", None)
+        if not split:
+            for st in data["stages"]:
+                for kind in SPLIT_KINDS:
+                    st.pop(kind, None)
+                if "memory" in st:
+                    st["memory"].pop("w_held_bytes_per_sample", None)
+                st.get("extra", {}).pop("split_backward", None)
+            data["provenance"].pop("split_backward", None)
+        text = json.dumps(data, indent=1) + "\n"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     # ----------------------------------------------------------------- (de)serialization
     def to_dict(self) -> dict[str, Any]:
         stages = []

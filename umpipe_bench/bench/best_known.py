@@ -129,7 +129,7 @@ def _simulate(problem: Problem, plan_path: Path) -> tuple[float, str]:
 
     plan = Plan.load(plan_path)
     schedule = str(plan.meta.get("schedule", "gpipe" if plan.caps is None else "capped"))
-    plan.validate(problem)
+    plan.check_problem(problem, f"plan file {str(plan_path)!r}")
     tl = simulate(problem, plan, schedule)
     try:
         check_fits(tl.peak_memory or [], tl.capacity, f"plan {str(plan_path)!r}")

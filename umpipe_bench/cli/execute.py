@@ -70,6 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--run-dir", default=None, help="working folder (default: a temporary one)")
     p.add_argument("--echo", action="store_true", help="show the workers' output live")
+    p.add_argument("--force-plan", action="store_true",
+                   help="use a plan file made for another problem (or another version of "
+                   "it), with a warning; without it such a plan is refused")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--csv", metavar="FILE", help="write one row per plan (appends if compatible)")
     p.set_defaults(func=run)
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.run_dir, "--run-dir")
     problem = get_problem(args.problem)
     ex = prepare(problem, [args.plan, *args.vs], mode=args.mode, peer=not args.no_peer,
-                 **_settings(args))
+                 force_plan=args.force_plan, **_settings(args))
     _check_backend(ex.spec.backend)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         result = _run_in_process(ex.spec, args)

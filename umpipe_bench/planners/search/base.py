@@ -166,6 +166,7 @@ class Planner:
         res.plan.meta.setdefault("planner", res.planner)
         res.plan.meta.setdefault("predicted_time", res.iteration_time)
         res.plan.meta.setdefault("problem", problem.name)
+        res.plan.meta.setdefault("problem_digest", problem.digest(capacities=False))
         res.plan.meta.setdefault("seed", seed)
         return res
 
