@@ -24,19 +24,47 @@ into a black-box function in the manner of COCO's and pymoo's problems:
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .errors import UmpipeError
-from .plan import MODES, Plan
-from .problem import Problem
+from .plan import MODES, Plan, PlanError
+from .problem import Problem, ProblemError
 
-__all__ = ["FAMILIES", "BudgetExhausted", "GenomeSpace", "PipelineObjective"]
+__all__ = ["FAMILIES", "BudgetExhausted", "GenomeSpace", "PipelineObjective", "as_plan",
+           "as_problem"]
 
 #: Schedule families a genome can describe: cut bits only, or cut bits and in-flight caps.
 FAMILIES = ("gpipe", "capped")
+
+
+def as_problem(problem: Problem | str | Mapping[str, Any]) -> Problem:
+    """The API's problem argument as a :class:`Problem`: a registered name (or a problem
+    file's path), a problem file's JSON form (checked against
+    :data:`umpipe_bench.problem.SPEC`), or a problem."""
+    if isinstance(problem, Problem):
+        return problem.validate()
+    if isinstance(problem, str):
+        from .registry import get_problem
+
+        return get_problem(problem)
+    if isinstance(problem, Mapping):
+        return Problem.from_dict(problem, "problem")
+    raise ProblemError(f"problem: expected a Problem, a registered name or a problem mapping, "
+                       f"got {type(problem).__name__}")
+
+
+def as_plan(plan: Plan | Mapping[str, Any]) -> Plan:
+    """The API's plan argument as a :class:`Plan`: a plan or a plan file's JSON form (checked
+    against :data:`umpipe_bench.plan.SPEC`)."""
+    if isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, Mapping):
+        return Plan.from_dict(dict(plan), "plan")
+    raise PlanError(f"plan: expected a Plan or a plan mapping, got {type(plan).__name__}")
 
 
 class BudgetExhausted(UmpipeError):
@@ -114,10 +142,15 @@ class GenomeSpace:
             return plan.with_caps([int(k) for k in caps[0]]), "capped"
         return plan, "gpipe"
 
-    def from_plan(self, plan: Plan) -> np.ndarray:
-        """The genome of a plan (its caps, in the capped family)."""
+    def from_plan(self, plan: Plan | Mapping[str, Any]) -> np.ndarray:
+        """The genome of a plan (its caps, in the capped family); a mapping is read as a plan
+        file's JSON form (checked against :data:`umpipe_bench.plan.SPEC`)."""
         from .planners.evaluation.evaluator import plan_to_bits
 
+        plan = as_plan(plan)
+        if plan.S != self.S or plan.B != self.B:
+            raise PlanError(f"plan: S = {plan.S}, B = {plan.B}; the genome space has S = "
+                            f"{self.S}, B = {self.B}")
         f, b = plan_to_bits(plan)
         return self.join(f, b, plan.effective_caps() if self.n_caps else None)
 
@@ -125,16 +158,14 @@ class GenomeSpace:
 class PipelineObjective:
     """A problem as a counted, batched black-box objective (module docstring).
 
-    ``problem``: a :class:`~umpipe_bench.problem.Problem` or a registered name;
+    ``problem``: a :class:`~umpipe_bench.problem.Problem`, a registered name or a problem
+    file's JSON form (:func:`as_problem`);
     ``budget``: the most evaluations it will do (None: no limit).
     """
 
     def __init__(self, problem: Problem | str, mode: str = "stash", family: str = "gpipe",
                  budget: int | None = None, memory_cap: float | None = None) -> None:
-        if isinstance(problem, str):
-            from .registry import get_problem
-
-            problem = get_problem(problem)
+        problem = as_problem(problem)
         if mode not in MODES:
             raise UmpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if family not in FAMILIES:

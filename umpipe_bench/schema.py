@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UmpipeError
+from .errors import UmpipeError, UserInputError
 
 __all__ = [
+    "SEED_HELP",
     "SEED_RANGE",
     "Any_",
     "Bool",
@@ -46,6 +47,7 @@ __all__ = [
     "Str",
     "check",
     "check_seed",
+    "parse_seed",
     "describe",
     "load_json",
     "load_toml",
@@ -124,6 +126,8 @@ class Int(Spec):
     what: str = "an integer"
 
     def expected(self) -> str:
+        if self.lo is not None and self.hi is not None:
+            return f"{self.what} in {self.lo}..{self.hi}"
         return self.what + _range_text(self.lo, self.hi)
 
     def _check(self, value: Any, path: str) -> None:
@@ -336,6 +340,24 @@ def check_seed(value: Any, what: str, error: type[UmpipeError] = UmpipeError,
     if not ok or not lo <= int(value) <= hi:
         raise error(f"{what}: a seed must be an integer in {lo}..{hi}, got {describe(value)}")
     return int(value)
+
+
+#: What ``--help`` says of a seed option.
+SEED_HELP = f"an integer in {SEED_RANGE[0]}..{SEED_RANGE[1]}"
+
+
+def parse_seed(text: str | int, option: str) -> int:
+    """A seed given on the command line (``--seed 3``; an option's integer default passes
+    through), or :class:`UserInputError` naming the option. Options take seeds as text and are
+    parsed here, so that ``--seed -1`` and ``--seed 1.5`` are refused alike, in one line."""
+    if isinstance(text, int):
+        return int(check_seed(text, option, UserInputError))  # type: ignore[arg-type]
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise UserInputError(f"{option} {text!r}: a seed must be {SEED_HELP}") from None
+    check_seed(value, f"{option} {text!r}", UserInputError)
+    return value
 
 
 # ----------------------------------------------------------------------------- files

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserInputError
 from ..problem import atomic_write_text
 
 __all__ = ["COLUMNS", "DEFAULTS", "Point", "run_study", "study_points", "summarize",
@@ -81,13 +82,13 @@ def study_points(stages: Sequence[int], batches: Sequence[int], modes: Sequence[
 
     for fam in families:
         if fam.removesuffix("-dc") not in FAMILIES:
-            raise ValueError(f"--families: unknown family {fam!r}; expected one of "
-                             f"{', '.join(FAMILIES)} (optionally with -dc)")
+            raise UserInputError(f"--families: unknown family {fam!r}; expected one of "
+                                 f"{', '.join(FAMILIES)} (optionally with -dc)")
     for h in hs:
         if not 0.0 <= h <= 1.0:
-            raise ValueError(f"--h: every h must be in [0, 1], got {h:g}")
+            raise UserInputError(f"--h: every h must be in [0, 1], got {h:g}")
     if seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+        raise UserInputError(f"--seeds must be >= 1, got {seeds}")
     out: list[Point] = []
     for B in sorted(batches):
         for S in sorted(stages):

@@ -58,7 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads", type=int, default=None, help="torch threads per stage (default: problem's, 1)"
     )
-    p.add_argument("--seed", type=int, default=None, help="model/batch seed (default: problem's)")
+    p.add_argument("--seed", default=None, metavar="SEED",
+                   help="model/batch seed, an integer in 0..4294967295 (default: problem's)")
     p.add_argument(
         "--timeout",
         type=float,
@@ -82,6 +83,10 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """RunSpec settings from the options (unset ones come from the problem's provenance)."""
     if args.iters < 1 or args.warmup < 0:
         raise UserInputError("--iters must be >= 1 and --warmup >= 0")
+    if args.seed is not None:
+        from ..schema import parse_seed
+
+        args.seed = parse_seed(args.seed, "--seed")
     settings: dict[str, Any] = {"iters": args.iters, "warmup": args.warmup,
                                 "backend": args.backend, "timeout_s": args.timeout}
     for key in ("dtype", "optimizer", "seed", "threads"):
