@@ -343,3 +343,10 @@ def test_a_malformed_best_known_file_names_the_entry(tmp_path):
     f.write_text(json.dumps(d))
     with pytest.raises(BestKnownError, match="has an entry already"):
         BestKnown(f)
+
+
+def test_plan_files_name_the_schedules_the_simulator_knows():
+    from umpipe_bench.plan import SCHEDULE_NAMES
+    from umpipe_bench.schedules import SCHEDULES
+
+    assert tuple(SCHEDULES) == SCHEDULE_NAMES

@@ -316,9 +316,9 @@ class Plan:
         """Refuse a plan made for another problem than ``problem``.
 
         A plan records the problem it was made for (``meta.problem``, its name, and
-        ``meta.problem_digest``, :meth:`Problem.digest` without memory capacities). A plan whose digest differs from
-        ``problem``'s was made for another problem, or another version of it (other costs),
-        even when the shapes agree: it raises :class:`PlanError` naming both, unless ``force``,
+        ``meta.problem_digest``, :meth:`Problem.digest` without memory capacities). A plan
+        whose digest differs from ``problem``'s was made for another problem, or another
+        version of it (other costs), even when the shapes agree: it raises :class:`PlanError` naming both, unless ``force``,
         which only warns. A plan with a name but no digest (written before digests were
         recorded) warns when the name differs; a plan that records neither is taken as is.
         Then the shapes must agree (:meth:`validate`).

@@ -7,8 +7,9 @@ file and the field, e.g. ``planners[1].settings``, and what was expected. A matr
 cell once: a value given twice in one list (``seeds = [0, 0]``) or a planner entry that repeats
 another one's cells under another label is refused, naming the duplicate, rather than
 silently dropped: a duplicate is nearly always a typo (``[0, 0]`` for ``[0, 1]``), and
-dropping it would hide the cells that were meant. Expanding a matrix gives :class:`Cell` objects, ordered
-problem by problem, whose :meth:`Cell.key` is what a resumed run uses to skip finished work.
+dropping it would hide the cells that were meant. Expanding a matrix gives :class:`Cell`
+objects, ordered problem by problem, whose :meth:`Cell.key` is what a resumed run uses to skip
+finished work.
 
 Example::
 

@@ -43,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=("stash", "recompute"), default="stash",
                    help="memory mode (recompute frees the backward partitions)")
     p.add_argument("--seed", default=0, metavar="SEED",
-                   help="random seed: an integer in 0..4294967295 (numpy's and Optuna's range); the same seed "
-                   "gives the same plan")
+                   help="random seed: an integer in 0..4294967295 (numpy's and Optuna's "
+                   "range); the same seed gives the same plan")
     p.add_argument("--budget", default=None,
                    help="evals:N, gens:N, secs:X or a comma-separated mix (first reached stops); "
                    "default: the planner's own (tidgap: 8,000,000 evaluations on small "
