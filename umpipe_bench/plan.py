@@ -318,8 +318,8 @@ class Plan:
         A plan records the problem it was made for (``meta.problem``, its name, and
         ``meta.problem_digest``, :meth:`Problem.digest` without memory capacities). A plan
         whose digest differs from ``problem``'s was made for another problem, or another
-        version of it (other costs), even when the shapes agree: it raises :class:`PlanError` naming both, unless ``force``,
-        which only warns. A plan with a name but no digest (written before digests were
+        version of it (other costs), even when the shapes agree: it raises :class:`PlanError`
+        naming both, unless ``force``, which only warns. A plan with a name but no digest (written before digests were
         recorded) warns when the name differs; a plan that records neither is taken as is.
         Then the shapes must agree (:meth:`validate`).
         """
@@ -350,7 +350,7 @@ _PARTS = sc.List(sc.List(sc.Int(lo=1, what="an integer microbatch size"), min_le
 _META = sc.Obj((
     sc.Field("schedule", sc.Str(choices=SCHEDULE_NAMES, fold=True)),
     sc.Field("planner", sc.Str()),
-    sc.Field("predicted_time", sc.Num(nullable=True)),
+    sc.Field("predicted_time", sc.Num(finite=False, nullable=True, what="a number")),
     sc.Field("problem", sc.Str()),
     sc.Field("problem_digest", sc.Str(nonempty=True)),
     sc.Field("seed", sc.Int(*sc.SEED_RANGE, nullable=True)),

@@ -140,20 +140,22 @@ class Int(Spec):
 @dataclass(frozen=True)
 class Num(Spec):
     """A finite number (integer or float, not a boolean) in ``[lo, hi]`` (``(lo, hi]`` with
-    ``lo_open``)."""
+    ``lo_open``); ``finite=False`` also lets infinities through (never NaN)."""
 
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False
     nullable: bool = False
     what: str = "a finite number"
+    finite: bool = True
 
     def expected(self) -> str:
         return self.what + _range_text(self.lo, self.hi, self.lo_open)
 
     def _check(self, value: Any, path: str) -> None:
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            self._fail(value, path)
+        if self.finite and not math.isfinite(value):
             self._fail(value, path)
         if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
             self._fail(value, path)
