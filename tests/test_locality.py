@@ -210,7 +210,7 @@ def test_bad_factor_is_exit_code_2(tmp_path, capsys):
     path.write_text(json.dumps(data))
     assert main(["simulate", "--problem", str(path), "--plan", "gpipe:2"]) == 2
     err = capsys.readouterr().err
-    assert "stage 0 field 'bwd_far'" in err and len(err.strip().splitlines()) == 1
+    assert "field 'stages[0].bwd_far'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_local_greedy_charges_far_backwards_below_B():
