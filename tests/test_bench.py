@@ -380,7 +380,7 @@ def test_memory_caps_are_a_matrix_dimension_and_unfit_plans_are_error_rows(tmp_p
     # "50%": per stage, static bytes plus half the activations GPipe-EDP keeps there. GPipe
     # keeps all 16 samples' activations whatever M: nothing under gpipe fits. A planner
     # returning a plan that does not fit is an error...
-    assert "BenchError" in half["error"] and "does not fit: stage" in half["error"]
+    assert "InternalError" in half["error"] and "does not fit: stage" in half["error"]
     assert half["T_gpipe_edp"] == "" and half["M_gpipe_edp"] == ""
     # ... but a planner that finds nothing that fits says so: a result, not an error
     none_fits = rows["gpipe", "50%"]

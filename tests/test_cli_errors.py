@@ -255,7 +255,6 @@ def test_paths_helper_accepts_an_existing_file_to_overwrite(tmp_path):
 @pytest.mark.parametrize("extra, needle", [
     (["--set", "layers=1"], "layers"),
     (["--layers-per-stage", "1,1"], "layers_per_stage"),
-    (["--repeats", "0"], "repeats"),
 ])
 def test_profile_bad_settings_are_one_line(tmp_path, capsys, extra, needle):
     pytest.importorskip("torch")

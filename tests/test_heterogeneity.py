@@ -114,3 +114,28 @@ def test_study_default_out_is_not_a_committed_folder():
     assert not tracked.strip(), f"study --out defaults to {out}, which holds committed files"
     assert not (root / out).resolve().is_relative_to((root / "results" / "published").resolve())
     assert out in sp.format_help()
+
+
+def test_outputs_of_a_grid_with_h0_only(tmp_path):
+    # h = 0 alone: every row is under the shared family "any", which the summary and the plot
+    # keep rather than dropping (an empty plot grid)
+    pts = study_points(**{**GRID, "hs": [0.0], "seeds": 1})
+    assert run_study(tmp_path, pts, planner="tidgap", budget="evals:100",
+                     progress=False) == (len(pts), 0)
+    paths = write_outputs(tmp_path, gantt=False)
+    summary = pd.read_csv(paths["summary"])
+    assert set(summary["family"]) == {"any"} and len(summary) == 2
+    assert paths["plot"].stat().st_size > 0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--stages", "0"], "--stages: every value must be >= 1, got 0"),
+    (["--batches", ","], "--batches: expected at least one value, got none"),
+    (["--h", "2"], "--h: every h must be in [0, 1], got 2"),
+    (["--h", "nan"], "--h: every h must be in [0, 1], got nan"),
+])
+def test_cli_bad_grid_is_one_line_and_exit_2(capsys, tmp_path, argv, message):
+    assert main(["study", "--out", str(tmp_path), "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "heterogeneity.csv").exists()

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UmpipeError
+from .errors import BudgetExhausted, InputError
 from .plan import MODES, Plan, PlanError
 from .problem import Problem, ProblemError
 
@@ -65,10 +65,6 @@ def as_plan(plan: Plan | Mapping[str, Any]) -> Plan:
     if isinstance(plan, Mapping):
         return Plan.from_dict(dict(plan), "plan")
     raise PlanError(f"plan: expected a Plan or a plan mapping, got {type(plan).__name__}")
-
-
-class BudgetExhausted(UmpipeError):
-    """A batch would take the objective past its evaluation budget; nothing was evaluated."""
 
 
 @dataclass(frozen=True)
@@ -167,11 +163,11 @@ class PipelineObjective:
                  budget: int | None = None, memory_cap: float | None = None) -> None:
         problem = as_problem(problem)
         if mode not in MODES:
-            raise UmpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if family not in FAMILIES:
-            raise UmpipeError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+            raise InputError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
         if budget is not None and budget < 1:
-            raise UmpipeError(f"budget must be a positive number of evaluations, got {budget}")
+            raise InputError(f"budget must be a positive number of evaluations, got {budget}")
         from .planners.evaluation.family import FamilyEvaluator
 
         self.problem, self.mode, self.family, self.budget = problem, mode, family, budget
@@ -266,5 +262,5 @@ class PipelineObjective:
     def best_plan(self) -> tuple[Plan, str]:
         """``(plan, schedule)`` of the best genome evaluated so far."""
         if self.best_genome is None:
-            raise UmpipeError("nothing has been evaluated yet")
+            raise InputError("nothing has been evaluated yet")
         return self.space.to_plan(self.best_genome)

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import UmpipeError
+from .errors import InputError
 from .problem import Problem
 
 __all__ = [
@@ -55,8 +55,8 @@ __all__ = [
 _ACTION_RE = re.compile(r"^(\d+)([FBIW])(\d+)$")
 
 
-class DevSimError(UmpipeError):
-    """The action lists cannot run on the problem (bad action, missing costs, deadlock)."""
+#: action lists that cannot run on the problem (bad action, missing costs, deadlock)
+DevSimError = InputError
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from .errors import UmpipeError
+from .errors import InputError
 from .problem import SPLIT_KINDS, Problem, StageCosts, StageMemory
 
 __all__ = [
@@ -43,8 +43,8 @@ __all__ = [
 LAYOUT_KINDS = ("one", "loop", "v")
 
 
-class LayoutError(UmpipeError):
-    """A partition or layout does not fit the problem (the message names the field)."""
+#: a partition or layout that does not fit the problem (the message names the field)
+LayoutError = InputError
 
 
 def chunk_devices(kind: str, D: int, v: int | None = None) -> tuple[int, ...]:

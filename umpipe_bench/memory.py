@@ -24,6 +24,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .errors import MemoryCapError
 from .plan import PlanError
 from .problem import Problem
 
@@ -40,10 +41,6 @@ __all__ = [
 _UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
           "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-
-
-class MemoryCapError(PlanError):
-    """No plan of the asked kind fits the memory cap; the message names stage, bytes, cap."""
 
 
 def parse_size(text: str | float | int, what: str = "--memory-cap") -> float:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import schema as sc
-from .errors import UmpipeError
+from .errors import InputError
 from .problem import LIMITS, atomic_write_text
 
 if TYPE_CHECKING:
@@ -49,8 +49,8 @@ PLAN_SCHEMA = "umpipe-plan/1"
 SCHEDULE_NAMES = ("gpipe", "1f1b", "capped")
 
 
-class PlanError(UmpipeError):
-    """A plan does not fit its problem or is malformed; the message names stage and field."""
+#: a plan that does not fit its problem or is malformed; the message names stage and field
+PlanError = InputError
 
 
 def balanced_split(B: int, M: int) -> tuple[int, ...]:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import schema as sc
-from .errors import UmpipeError
+from .errors import InputError
 
 __all__ = [
     "BWD_FAR_RANGE",
@@ -53,8 +53,8 @@ BWD_FAR_RANGE = (0.25, 4.0)
 LIMITS = {"S": (1, 128), "B": (1, 2048)}
 
 
-class ProblemError(UmpipeError):
-    """A problem (file) is malformed; the message names the file, field and stage."""
+#: a malformed problem (file); the message names the file, field and stage
+ProblemError = InputError
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

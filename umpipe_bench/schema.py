@@ -41,6 +41,7 @@ __all__ = [
     "Int",
     "List",
     "Map",
+    "Mismatch",
     "Num",
     "Obj",
     "Spec",
@@ -77,16 +78,13 @@ def describe(value: Any) -> str:
     return type(value).__name__
 
 
-class _Mismatch(Exception):
-    """Raised inside :func:`check`: ``(path, message)`` of the first problem found."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(path, message)
-        self.path, self.message = path, message
+#: The first problem a spec finds: ``(dotted field path, what was expected and found)``.
+Mismatch = tuple[str, str]
 
 
 class Spec:
-    """What a value must be; subclasses implement :meth:`_check`."""
+    """What a value must be; subclasses implement :meth:`_check`, which returns the first
+    :data:`Mismatch` or None."""
 
     #: None is accepted as "not given" (the field's default)
     nullable: bool = False
@@ -94,16 +92,16 @@ class Spec:
     def expected(self) -> str:
         raise NotImplementedError
 
-    def _check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any, path: str) -> Mismatch | None:
         raise NotImplementedError
 
-    def validate(self, value: Any, path: str) -> None:
+    def validate(self, value: Any, path: str) -> Mismatch | None:
         if value is None and self.nullable:
-            return
-        self._check(value, path)
+            return None
+        return self._check(value, path)
 
-    def _fail(self, value: Any, path: str, what: str | None = None) -> None:
-        raise _Mismatch(path, f"expected {what or self.expected()}, got {describe(value)}")
+    def _fail(self, value: Any, path: str) -> Mismatch:
+        return path, f"expected {self.expected()}, got {describe(value)}"
 
 
 def _range_text(lo: float | None, hi: float | None, lo_open: bool = False) -> str:
@@ -130,11 +128,12 @@ class Int(Spec):
             return f"{self.what} in {self.lo}..{self.hi}"
         return self.what + _range_text(self.lo, self.hi)
 
-    def _check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any, path: str) -> Mismatch | None:
         if isinstance(value, bool) or not isinstance(value, int):
-            self._fail(value, path)
+            return self._fail(value, path)
         if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
-            self._fail(value, path)
+            return self._fail(value, path)
+        return None
 
 
 @dataclass(frozen=True)
@@ -152,15 +151,16 @@ class Num(Spec):
     def expected(self) -> str:
         return self.what + _range_text(self.lo, self.hi, self.lo_open)
 
-    def _check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any, path: str) -> Mismatch | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            self._fail(value, path)
+            return self._fail(value, path)
         if self.finite and not math.isfinite(value):
-            self._fail(value, path)
+            return self._fail(value, path)
         if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
-            self._fail(value, path)
+            return self._fail(value, path)
         if self.hi is not None and value > self.hi:
-            self._fail(value, path)
+            return self._fail(value, path)
+        return None
 
 
 @dataclass(frozen=True)
@@ -179,21 +179,22 @@ class Str(Spec):
             return "one of " + ", ".join(repr(c) for c in self.choices)
         return "a non-empty string" if self.nonempty else "a string"
 
-    def _check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any, path: str) -> Mismatch | None:
         if not isinstance(value, str) or (self.nonempty and not value):
-            self._fail(value, path)
+            return self._fail(value, path)
         if self.choices is not None:
             key = value.lower() if self.fold else value
-            names = [c.lower() for c in self.choices] if self.fold else self.choices
+            names = [c.lower() for c in self.choices] if self.fold else list(self.choices)
             if key not in names:
                 close = difflib.get_close_matches(key, names, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise _Mismatch(path, f"expected {self.expected()}, got {describe(value)}{hint}")
+                return path, f"expected {self.expected()}, got {describe(value)}{hint}"
         if self.parse is not None:
             try:
                 self.parse(value)
             except ValueError as exc:
-                raise _Mismatch(path, f"{exc}") from None
+                return path, str(exc)
+        return None
 
 
 @dataclass(frozen=True)
@@ -203,9 +204,8 @@ class Bool(Spec):
     def expected(self) -> str:
         return "true or false"
 
-    def _check(self, value: Any, path: str) -> None:
-        if not isinstance(value, bool):
-            self._fail(value, path)
+    def _check(self, value: Any, path: str) -> Mismatch | None:
+        return None if isinstance(value, bool) else self._fail(value, path)
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ class Any_(Spec):
     def expected(self) -> str:
         return "any value"
 
-    def _check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any, path: str) -> Mismatch | None:
         return None
 
 
@@ -237,20 +237,23 @@ class List(Spec):
             n = f" of at least {self.min_len}"
         return f"a list{n} ({self.item.expected()} each)"
 
-    def _check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any, path: str) -> Mismatch | None:
         if not isinstance(value, (list, tuple)):
-            self._fail(value, path)
+            return self._fail(value, path)
         if len(value) < self.min_len or (self.max_len is not None and len(value) > self.max_len):
-            self._fail(value, path)
+            return self._fail(value, path)
         seen: dict[str, int] = {}
         for i, v in enumerate(value):
-            self.item.validate(v, f"{path}[{i}]")
+            bad = self.item.validate(v, f"{path}[{i}]")
+            if bad is not None:
+                return bad
             if self.unique:
                 key = json.dumps(v, sort_keys=True, default=str)
                 if key in seen:
-                    raise _Mismatch(f"{path}[{i}]", f"{v!r} is listed twice (also at "
-                                    f"[{seen[key]}]); expected each value once")
+                    return (f"{path}[{i}]", f"{v!r} is listed twice (also at [{seen[key]}]); "
+                            "expected each value once")
                 seen[key] = i
+        return None
 
 
 @dataclass(frozen=True)
@@ -264,13 +267,16 @@ class Map(Spec):
     def expected(self) -> str:
         return "an object (a mapping of names to values)"
 
-    def _check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any, path: str) -> Mismatch | None:
         if not isinstance(value, Mapping):
-            self._fail(value, path)
+            return self._fail(value, path)
         for k, v in value.items():
             if not isinstance(k, str):
-                raise _Mismatch(path, f"expected string keys, got {describe(k)}")
-            self.values.validate(v, _join(path, k))
+                return path, f"expected string keys, got {describe(k)}"
+            bad = self.values.validate(v, _join(path, k))
+            if bad is not None:
+                return bad
+        return None
 
 
 @dataclass(frozen=True)
@@ -295,13 +301,13 @@ class Obj(Spec):
     def expected(self) -> str:
         return self.what
 
-    def _check(self, value: Any, path: str) -> None:
+    def _check(self, value: Any, path: str) -> Mismatch | None:
         if not isinstance(value, Mapping):
-            self._fail(value, path)
+            return self._fail(value, path)
         known = {f.name: f for f in self.fields}
         for f in self.fields:
             if f.required and f.name not in value:
-                raise _Mismatch(_join(path, f.name), f"missing; expected {f.spec.expected()}")
+                return _join(path, f.name), f"missing; expected {f.spec.expected()}"
         for k, v in value.items():
             f = known.get(k)
             if f is None:
@@ -310,8 +316,11 @@ class Obj(Spec):
                 close = difflib.get_close_matches(str(k), list(known), n=3)
                 hint = (f"did you mean {' or '.join(repr(c) for c in close)}?" if close
                         else f"known fields: {', '.join(known)}")
-                raise _Mismatch(_join(path, str(k)), f"unknown field; {hint}")
-            f.spec.validate(v, _join(path, k))
+                return _join(path, str(k)), f"unknown field; {hint}"
+            bad = f.spec.validate(v, _join(path, k))
+            if bad is not None:
+                return bad
+        return None
 
 
 def _join(path: str, key: str) -> str:
@@ -322,11 +331,10 @@ def check(data: Any, spec: Spec, where: str, error: type[UmpipeError] = UmpipeEr
           path: str = "") -> None:
     """Raise ``error`` with one line, ``WHERE: field PATH: what was expected, what was found``,
     on the first part of ``data`` that ``spec`` does not accept."""
-    try:
-        spec.validate(data, path)
-    except _Mismatch as m:
-        at = f"field {m.path!r}: " if m.path else ""
-        raise error(f"{where}: {at}{m.message}") from None
+    bad = spec.validate(data, path)
+    if bad is not None:
+        at = f"field {bad[0]!r}: " if bad[0] else ""
+        raise error(f"{where}: {at}{bad[1]}")
 
 
 def check_seed(value: Any, what: str, error: type[UmpipeError] = UmpipeError,
@@ -378,31 +386,25 @@ def read_text(path: str | Path, where: str, error: type[UmpipeError] = UmpipeErr
                     f"(line {line}) cannot be decoded ({exc.reason})") from None
 
 
-def _pairs(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise _DuplicateKey(k)
-        out[k] = v
-    return out
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
 def load_json(path: str | Path, where: str, error: type[UmpipeError] = UmpipeError) -> Any:
     """Decode a JSON file (UTF-8). Syntax errors name the line and column; a key given twice
     in one object is refused (JSON would keep the last one silently)."""
     text = read_text(path, where, error)
+
+    def pairs(items: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in items:
+            if k in out:
+                raise error(f"{where}: key {k!r} appears twice in one object; expected each "
+                            "key once")
+            out[k] = v
+        return out
+
     try:
-        return json.loads(text, object_pairs_hook=_pairs)
+        return json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
         raise error(f"{where}: not valid JSON: {exc.msg} at line {exc.lineno}, column "
                     f"{exc.colno}") from None
-    except _DuplicateKey as exc:
-        raise error(f"{where}: key {exc.args[0]!r} appears twice in one object; expected "
-                    "each key once") from None
 
 
 def load_toml(path: str | Path, where: str, error: type[UmpipeError] = UmpipeError

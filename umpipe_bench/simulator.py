@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from itertools import accumulate
 from typing import Any
 
-from .errors import UmpipeError
+from .errors import InputError
 from .memory import capacities, memory_figures, peak_memory
 from .plan import Plan
 from .problem import Problem
@@ -32,8 +32,8 @@ from .schedules import Op, build_schedule, near_backward, schedule_of
 __all__ = ["OpTiming", "SimulationError", "Timeline", "Transfer", "gpipe_recurrence", "simulate"]
 
 
-class SimulationError(UmpipeError):
-    """The operation lists cannot run (a dependency is never produced: a deadlock)."""
+#: operation lists that cannot run (a dependency is never produced: a deadlock)
+SimulationError = InputError
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import schema as sc
-from ..errors import UmpipeError
+from ..errors import InputError
 from ..plan import MODES, SCHEDULE_NAMES
 from ..problem import Problem, atomic_write_text
 
@@ -47,8 +47,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {"gpipe": ("gpipe",),
 REL_TOL = 1e-9
 
 
-class BestKnownError(UmpipeError):
-    """A best-known file that cannot be read, or an entry that does not reproduce."""
+#: a best-known file that cannot be read, or an entry that does not reproduce
+BestKnownError = InputError
 
 
 def default_path() -> Path:

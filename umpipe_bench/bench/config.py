@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import schema as sc
-from ..errors import UmpipeError
+from ..errors import InputError
 from ..plan import MODES
 from ..planners.search.base import Budget, PlannerError
 from .memcap import NO_CAP, check_memory_cap
@@ -66,8 +66,8 @@ __all__ = [
 ]
 
 
-class ConfigError(UmpipeError):
-    """A matrix file is malformed; the message names the file and the field."""
+#: a malformed matrix file; the message names the file and the field
+ConfigError = InputError
 
 
 def _check_budget(v: str) -> str:

@@ -80,6 +80,14 @@ def study_points(stages: Sequence[int], batches: Sequence[int], modes: Sequence[
     Ordered so that the small shapes come first (a partial run is a usable map)."""
     from ..simnets import FAMILIES
 
+    for opt, values in (("--stages", stages), ("--batches", batches), ("--modes", modes),
+                        ("--families", families), ("--h", hs)):
+        if not values:
+            raise UserInputError(f"{opt}: expected at least one value, got none")
+    for opt, values in (("--stages", stages), ("--batches", batches)):
+        for v in values:
+            if v < 1:
+                raise UserInputError(f"{opt}: every value must be >= 1, got {v}")
     for fam in families:
         if fam.removesuffix("-dc") not in FAMILIES:
             raise UserInputError(f"--families: unknown family {fam!r}; expected one of "
@@ -198,7 +206,9 @@ def summarize(rows: Any) -> Any:
     ok["h"] = ok["h"].astype(float)
     fams = sorted(set(ok["family"]) - {"any"})
     shared = ok[ok["family"] == "any"]
-    parts = [ok[ok["family"] != "any"]] + [shared.assign(family=f) for f in fams]
+    # with h = 0 alone there is no family to share with: the rows stay under "any"
+    parts = ([ok[ok["family"] != "any"]] + [shared.assign(family=f) for f in fams]
+             if fams else [shared])
     data = pd.concat(parts, ignore_index=True)
     metrics = ("speedup_vs_gpipe", "speedup_vs_1f1b", "gap_to_bound")
     g = data.groupby(["family", "S", "B", "mode", "h"])
@@ -314,6 +324,9 @@ def write_outputs(out: str | os.PathLike[str], gantt: bool = True) -> dict[str, 
         raise FileNotFoundError(f"no study rows at {str(src)!r}; run 'umpipe-bench study' first")
     rows = pd.read_csv(src, dtype={"error": str})
     summary = summarize(rows)
+    if summary.empty:
+        raise UserInputError(f"no point of {str(src)!r} finished without an error; its "
+                             "'error' column says why")
     paths = {"summary": out / "heterogeneity-summary.csv", "table": out / "heterogeneity.md",
              "plot": out / "heterogeneity.png"}
     atomic_write_text(paths["summary"], summary.to_csv(index=False, float_format="%.6g"))

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import UmpipeError
+from ..errors import InputError
 from ..filelock import sidecar_lock
 from ..problem import atomic_write_text
 
@@ -103,8 +103,8 @@ def _cell_text(v: Any) -> str:
     return str(v)
 
 
-class LeaderboardError(UmpipeError):
-    """A leaderboard file cannot be used as one: it names the file, the line and the fault."""
+#: a leaderboard file that cannot be used as one: it names the file, the line and the fault
+LeaderboardError = InputError
 
 
 def scan_rows(path: str | os.PathLike[str]) -> tuple[list[dict[str, str]], list[str]]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserInputError
+from ..errors import InternalError, UserInputError
 from ..planners.evaluation.reference import clear_cache
 from ..problem import Problem, atomic_write_text
 from ..runtime.lifetime import child_setup
@@ -48,8 +48,8 @@ __all__ = ["BenchError", "RunSummary", "history_records", "run_cell", "run_matri
            "select_cells"]
 
 
-class BenchError(RuntimeError):
-    """A cell's result is inconsistent (e.g. the planner's T disagrees with the simulator)."""
+#: a cell's result is inconsistent (e.g. the planner's T disagrees with the simulator)
+BenchError = InternalError
 
 
 @dataclass

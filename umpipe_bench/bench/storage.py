@@ -18,14 +18,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import UmpipeError
+from ..errors import InputError
 from ..filelock import sidecar_lock
 
 __all__ = ["StorageError", "check_storage", "sqlite_path", "storage_lock"]
 
 
-class StorageError(UmpipeError):
-    """A ``--storage`` URL that cannot be used; the message says why and what to do."""
+#: a ``--storage`` URL that cannot be used; the message says why and what to do
+StorageError = InputError
 
 
 def sqlite_path(url: str) -> Path | None:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import UmpipeError
+from ..errors import InputError
 from ..planners.algorithms.tuned import TUNED_SCHEMA
 from ..planners.search.base import Budget
 from ..problem import atomic_write_text
@@ -74,8 +74,8 @@ class TuneSpec:
                 "fixed": json.dumps(self.fixed, sort_keys=True)}
 
 
-class TuneError(UmpipeError):
-    """A tuning run that cannot start (planner, study); the message says why."""
+#: a tuning run that cannot start (planner, study); the message says why
+TuneError = InputError
 
 
 def search_space(planner: str) -> dict[str, tuple[str, float, float, bool]]:

@@ -11,6 +11,7 @@ optuna, pydantic or matplotlib.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -82,31 +83,25 @@ def build_parser(command: str | None = None, lazy: bool = False) -> argparse.Arg
     return parser
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions a user can cause: :class:`~umpipe_bench.errors.UmpipeError`.
-
-    ``PlannerError`` and ``SimulationError`` are named too until their modules derive them
-    from it (docs/ARCHITECTURE.md, "Errors"); nothing else is: a ``KeyError`` or a plain
-    ``ValueError`` reaching here is a bug and keeps its traceback.
-    """
-    from ..errors import UmpipeError
-    from ..planners.search.base import PlannerError
-    from ..simulator import SimulationError
-
-    return (UmpipeError, PlannerError, SimulationError)
+#: OSErrors that mean "this path cannot be used as given" (a user's mistake: one line, exit 2);
+#: any other OSError (a full disk, an I/O error) keeps its traceback.
+_PATH_ERRNOS = {errno.ENOENT, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG,
+                errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.ENXIO}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command(argv), lazy=True)
     args = parser.parse_args(argv)
-    from ..runtime.lifetime import Terminated, terminate_raises
+    from ..errors import ExecutionError, InternalError, Terminated, UmpipeError
+    from ..runtime.lifetime import terminate_raises
 
-    caught = user_errors()
     try:
         with terminate_raises():  # SIGTERM/SIGHUP clean up children as Ctrl-C does
             return int(args.func(args) or 0)
-    except caught as exc:
+    except (ExecutionError, InternalError):
+        raise  # no user causes these: a failed run or a bug keeps its traceback
+    except UmpipeError as exc:  # anything else a user can cause: one line, exit code 2
         text = " ".join(str(exc).split()) or type(exc).__name__
         print(f"umpipe-bench {args.command}: error: {text}", file=sys.stderr)
         return 2
@@ -115,6 +110,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a path the user named cannot be read or written
+        if exc.errno not in _PATH_ERRNOS:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"umpipe-bench {args.command}: error: {exc.strerror or exc}{where}",
+              file=sys.stderr)
+        return 2
     except Terminated as exc:
         print(f"umpipe-bench {args.command}: {exc}", file=sys.stderr)
         return 128 + exc.signum

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..errors import UserInputError
+from ._numbers import MAX_JOBS, whole
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -36,11 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="the paper-scale matrix (umpipe_bench/bench/full.toml): hours")
     p.add_argument("--out", default="results", metavar="DIR",
                    help="output folder: leaderboard.csv, plans/, histories/, baselines.json")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
+    p.add_argument("--limit", type=whole(0), default=None, metavar="N",
                    help="only the first N cells of the matrix (to try a matrix quickly)")
     p.add_argument("--shard", type=_shard, default=None, metavar="I/N",
                    help="only cells I, I+N, I+2N, ... (split one matrix over N machines)")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
+    p.add_argument("--jobs", type=whole(1, MAX_JOBS), default=1, metavar="N",
                    help="cells run in N processes at once (wall times then share the CPUs)")
     p.add_argument("--executor", choices=("process", "dask"), default="process",
                    help="process: this machine (--jobs processes); dask: the workers of a dask "

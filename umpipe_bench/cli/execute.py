@@ -17,6 +17,7 @@ import tempfile
 from typing import Any
 
 from ..errors import UserInputError
+from ._numbers import MAX_JOBS, seconds, whole
 
 __all__ = ["register", "run"]
 
@@ -44,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="memory mode for every plan (default: stash for gpipe:M/1f1b:M, a file's own)",
     )
-    p.add_argument("--iters", type=int, default=10, help="measured iterations per plan")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up iterations per plan")
+    p.add_argument("--iters", type=whole(1), default=10, help="measured iterations per plan")
+    p.add_argument("--warmup", type=whole(0), default=2, help="warm-up iterations per plan")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                    help="torch.distributed backend: gloo on CPU, nccl on CUDA devices")
     p.add_argument("--no-peer", action="store_true", help="skip torch.distributed.pipelining")
@@ -56,18 +57,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="none|sgd|adam|adamw, stepped every iteration (default: the problem's, else sgd)",
     )
     p.add_argument(
-        "--threads", type=int, default=None, help="torch threads per stage (default: problem's, 1)"
+        "--threads", type=whole(1, MAX_JOBS), default=None,
+        help="torch threads per stage (default: problem's, 1)"
     )
     p.add_argument("--seed", default=None, metavar="SEED",
                    help="model/batch seed, an integer in 0..4294967295 (default: problem's)")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=seconds(open_low=True),
         default=300.0,
         help="seconds a stage waits on a peer before failing",
     )
     p.add_argument(
-        "--deadline", type=float, default=3600.0, help="seconds before the whole run is killed"
+        "--deadline", type=seconds(open_low=True), default=3600.0,
+        help="seconds before the whole run is killed"
     )
     p.add_argument("--run-dir", default=None, help="working folder (default: a temporary one)")
     p.add_argument("--echo", action="store_true", help="show the workers' output live")

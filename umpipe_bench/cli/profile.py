@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from ..errors import UserInputError
+from ._numbers import MAX_JOBS, whole
 
 __all__ = ["register", "run"]
 
@@ -43,9 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("model", metavar="MODEL", nargs="?", help="model name")
-    p.add_argument("--batch", "-B", type=int, help="mini-batch size B (required with MODEL)")
+    p.add_argument("--batch", "-B", type=whole(1), help="mini-batch size B (required with MODEL)")
     grp = p.add_mutually_exclusive_group()
-    grp.add_argument("--stages", type=int, help="S stages balanced by measured layer time")
+    grp.add_argument("--stages", type=whole(1), help="S stages balanced by measured layer time")
     grp.add_argument(
         "--layers-per-stage", metavar="K,K,...", help="explicit grouping, e.g. 4,3,3,4"
     )
@@ -57,10 +58,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--device", help="torch device: cpu or cuda[:N] (default: cpu; with "
                    "--split-backward-into: the file's)")
-    p.add_argument("--threads", type=int, help="torch intra-op threads (default: 1; with "
+    p.add_argument("--threads", type=whole(1, MAX_JOBS),
+                   help="torch intra-op threads (default: 1; with "
                    "--split-backward-into: the file's)")
-    p.add_argument("--seq", type=int, help="config override: sequence length (gpt1 models)")
-    p.add_argument("--image", type=int, help="config override: image side (vgg16 models)")
+    p.add_argument("--seq", type=whole(1), help="config override: sequence length (gpt1 models)")
+    p.add_argument("--image", type=whole(1), help="config override: image side (vgg16 models)")
     p.add_argument(
         "--set",
         dest="config",
@@ -70,8 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="other config override (VALUE parsed as JSON), repeatable",
     )
-    p.add_argument("--repeats", type=int, default=5, help="measured rounds (median of N)")
-    p.add_argument("--warmup", type=int, default=1, help="discarded warm-up rounds")
+    p.add_argument("--repeats", type=whole(1), default=5, help="measured rounds (median of N)")
+    p.add_argument("--warmup", type=whole(0), default=1, help="discarded warm-up rounds")
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="timed step")
     p.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32",
                    help="parameter and activation dtype the stages are timed in")

@@ -8,6 +8,8 @@ import json
 import sys
 import time
 
+from ._numbers import seconds, whole
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -24,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--problem", required=True, help="problem name (see 'problems') or file; its "
                    "stages are the layers")
-    p.add_argument("--devices", "-D", type=int, required=True, metavar="D",
+    p.add_argument("--devices", "-D", type=whole(1), required=True, metavar="D",
                    help="number of devices (pipeline ranks)")
     p.add_argument("--mode", choices=("stash", "recompute"), default="stash",
                    help="memory mode: stash (activations kept) or recompute (activation "
@@ -35,10 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--schedules", metavar="NAMES",
                    help="comma-separated subset of schedules (our names or torch class names); "
                    "default: all seven")
-    p.add_argument("--chunks", "-v", type=int, metavar="V",
+    p.add_argument("--chunks", "-v", type=whole(1), metavar="V",
                    help="chunks per device for the loop layouts (interleaved-1f1b, looped-bfs, "
                    "zb1p); default: search 1..4")
-    p.add_argument("--op-overhead", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--op-overhead", type=seconds(), default=0.0, metavar="SECONDS",
                    help="seconds the runtime adds to every action beyond the profiled compute "
                    "(torch's stage bookkeeping and point-to-point calls; fit one with "
                    "scripts/measure_torch_schedules.py --calibrate, docs/TORCH-SCHEDULES.md §7)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from ._numbers import seconds, whole
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -22,13 +24,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--problem", required=True, help="problem name (see 'problems') or file")
     p.add_argument("--plan", required=True, metavar="SPEC",
                    help="gpipe:M, 1f1b:M or plan file; with --devices: SCHEDULE:M")
-    p.add_argument("--devices", "-D", type=int, metavar="D",
+    p.add_argument("--devices", "-D", type=whole(1), metavar="D",
                    help="run a torch schedule on D devices, the problem's stages being layers "
                    "cut into chunks (see --partition); default: one stage per device, our plans")
-    p.add_argument("--chunks", "-v", type=int, metavar="V",
+    p.add_argument("--chunks", "-v", type=whole(1), metavar="V",
                    help="with --devices: chunks per device for interleaved-1f1b, looped-bfs and "
                    "zb1p (default 2; zbv and dualpipev always hold 2)")
-    p.add_argument("--op-overhead", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--op-overhead", type=seconds(), default=0.0, metavar="SECONDS",
                    help="with --devices: seconds the runtime adds to every action "
                    "(docs/TORCH-SCHEDULES.md §7)")
     p.add_argument("--partition", metavar="N,N,...",

@@ -6,6 +6,7 @@ import argparse
 
 from ..bench.heterogeneity import DEFAULTS
 from ..errors import UserInputError
+from ._numbers import MAX_JOBS, whole
 
 #: Where a study writes unless told: a folder of the working directory that no commit holds,
 #: so a trial run never overwrites the committed map in results/published.
@@ -61,13 +62,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    metavar="F,..", help="families")
     p.add_argument("--h", dest="hs", type=_floats, default=_csv(DEFAULTS["hs"]), metavar="H,..",
                    help="heterogeneity grid in [0, 1]")
-    p.add_argument("--seeds", type=int, default=DEFAULTS["seeds"], metavar="N",
+    p.add_argument("--seeds", type=whole(1), default=DEFAULTS["seeds"], metavar="N",
                    help="seeds 0..N-1 per point")
     p.add_argument("--planner", default=DEFAULTS["planner"],
                    help="the planner")
     p.add_argument("--budget", default=DEFAULTS["budget"],
                    help="the planner's budget")
-    p.add_argument("--jobs", type=int, default=1, help="points run in N processes at once")
+    p.add_argument("--jobs", type=whole(1, MAX_JOBS), default=1,
+                   help="points run in N processes at once")
     p.add_argument("--report-only", action="store_true",
                    help="only write the summary, table and plots from the rows already there")
     p.add_argument("--no-gantt", action="store_true", help="skip the Gantt chart")

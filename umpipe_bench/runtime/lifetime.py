@@ -24,18 +24,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from ..errors import Terminated
+
 __all__ = ["Terminated", "child_setup", "die_with_parent", "terminate_raises"]
 
 _PR_SET_PDEATHSIG = 1
-
-
-class Terminated(KeyboardInterrupt):
-    """The process got SIGTERM or SIGHUP; a :class:`KeyboardInterrupt` so every clean-up path
-    written for Ctrl-C runs for it too."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"terminated by {signal.Signals(signum).name}")
 
 
 def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:

@@ -24,7 +24,7 @@ import types
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..errors import UmpipeError, UnknownNameError
+from ..errors import InputError, UnknownNameError
 from ..layout import device_chunks
 
 __all__ = [
@@ -38,12 +38,10 @@ __all__ = [
 ]
 
 
-class ScheduleNameError(UnknownNameError):
-    """A torch schedule name no registry entry knows; the message lists the valid names."""
-
-
-class ScheduleShapeError(UmpipeError):
-    """A ``(D, M, v)`` torch would refuse for a schedule."""
+#: a torch schedule name no registry entry knows; the message lists the valid names
+ScheduleNameError = UnknownNameError
+#: a ``(D, M, v)`` torch would refuse for a schedule
+ScheduleShapeError = InputError
 
 
 @dataclass(frozen=True, slots=True)

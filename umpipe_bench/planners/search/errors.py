@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ...errors import UmpipeError
+from ...errors import InputError
 
 __all__ = ["PlannerError"]
 
 
-class PlannerError(UmpipeError):
-    """A planner was asked for something it cannot do (bad budget, problem too large...)."""
+#: a planner was asked for something it cannot do (bad budget, problem too large...)
+PlannerError = InputError
