@@ -137,7 +137,7 @@ def test_plan_sizes_must_be_integers(tmp_path, capsys):
         d["bwd"][0] = d["fwd"][0]
         (tmp_path / "bad.json").write_text(json.dumps(d))
         rc = main(["simulate", "--problem", "sim-s2-b8-s0", "--plan", str(tmp_path / "bad.json")])
-        _one_line_error(capsys, rc, "stage 0", "integer")
+        _one_line_error(capsys, rc, "fwd[0][0]", "integer")
 
 
 def test_wrong_sum_blames_the_stage_that_sums_wrong(capsys, tmp_path):

@@ -46,3 +46,20 @@ def test_spec_refuses_unknown_names_when_built(tmp_path, field, value):
     problem = tiny_problem(tmp_path / "tiny.json")
     with pytest.raises(PlanRefused, match=f"{field} '{value}'"):
         prepare(problem, ["gpipe:2"], **{field: value})
+
+
+def test_prepare_refuses_a_plan_file_made_for_another_problem(tmp_path, capsys):
+    """``execute`` checks a plan file's recorded problem as ``simulate`` does; ``force_plan``
+    (``--force-plan``) runs it with a warning."""
+    from tests.test_runtime import tiny_problem
+    from umpipe_bench.plan import PlanError
+
+    problem = tiny_problem(tmp_path / "tiny.json")
+    plan = Plan.edp(2, 8, 2)
+    plan.meta.update(problem="other", problem_digest="0123456789abcdef")
+    plan.save(tmp_path / "other.json")
+    with pytest.raises(PlanError, match="made for problem 'other'.*--force-plan"):
+        prepare(problem, [str(tmp_path / "other.json")], peer=False)
+    ex = prepare(problem, [str(tmp_path / "other.json")], peer=False, force_plan=True)
+    assert [r.label for r in ex.runs] == ["other"]
+    assert capsys.readouterr().err.startswith("warning: ")

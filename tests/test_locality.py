@@ -196,7 +196,8 @@ def test_bad_factor_names_the_stage_and_field(tmp_path, bad):
     data["stages"][1]["bwd_far"] = bad
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(ProblemError, match=r"stage 1 field 'bwd_far' must be .* \[0\.25, 4\.0\]"):
+    with pytest.raises(ProblemError,
+                       match=r"field 'stages\[1\]\.bwd_far': expected .* ratio in \[0\.25, 4\]"):
         Problem.load(path)
 
 
@@ -209,7 +210,7 @@ def test_bad_factor_is_exit_code_2(tmp_path, capsys):
     path.write_text(json.dumps(data))
     assert main(["simulate", "--problem", str(path), "--plan", "gpipe:2"]) == 2
     err = capsys.readouterr().err
-    assert "stage 0 field 'bwd_far'" in err and len(err.strip().splitlines()) == 1
+    assert "field 'stages[0].bwd_far'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_local_greedy_charges_far_backwards_below_B():

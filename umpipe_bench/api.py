@@ -26,16 +26,18 @@ from __future__ import annotations
 import math
 import numbers
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .codec import GenomeLayout, edp_bits, plan_to_bits
 from .errors import BudgetExhausted, InputError
-from .plan import MODES, Plan
-from .problem import Problem
+from .plan import MODES, Plan, PlanError
+from .problem import Problem, ProblemError
 
-__all__ = ["SCHEDULES", "BudgetExhausted", "GenomeSpace", "PipelineObjective"]
+__all__ = ["SCHEDULES", "BudgetExhausted", "GenomeSpace", "PipelineObjective", "as_plan",
+           "as_problem"]
 
 #: Schedules a genome can describe: cut bits only (GPipe), or cut bits and in-flight caps.
 SCHEDULES = ("gpipe", "capped")
@@ -53,6 +55,34 @@ def _whole(name: str, value: Any, low: int, high: int | None = None) -> int:
         bound = f">= {low}" if high is None else f"in {low}..{high}"
         raise InputError(f"{name} must be {bound}, got {value}")
     return int(value)
+
+
+def as_problem(problem: Problem | str | Mapping[str, Any]) -> Problem:
+    """The API's problem argument as a :class:`Problem`: a registered name (or a problem
+    file's path), a problem file's JSON form (checked against
+    :data:`umpipe_bench.problem.SPEC`), or a problem."""
+    if isinstance(problem, Problem):
+        return problem.validate()
+    if isinstance(problem, str):
+        from .registry import get_problem
+
+        return get_problem(problem)
+    if isinstance(problem, Mapping):
+        return Problem.from_dict(problem, "problem")
+    raise ProblemError(f"problem: expected a Problem, a registered name or a problem mapping, "
+                       f"got {type(problem).__name__}")
+
+
+def as_plan(plan: Plan | Mapping[str, Any]) -> Plan:
+    """The API's plan argument as a :class:`Plan`: a plan or a plan file's JSON form (checked
+    against :data:`umpipe_bench.plan.SPEC`)."""
+    if isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, Mapping):
+        return Plan.from_dict(dict(plan), "plan")
+    raise PlanError(f"plan: expected a Plan or a plan mapping, got {type(plan).__name__}")
+
+
 
 
 def _genes(x: Any) -> np.ndarray:
@@ -89,8 +119,13 @@ class GenomeSpace(GenomeLayout):
         plan = Plan.from_bits(f[0], b[0], self.mode, caps[0] if self.n_caps else None)
         return plan, "gpipe" if plan.caps is None else "capped"
 
-    def from_plan(self, plan: Plan) -> np.ndarray:
-        """The genome of a plan (its caps, under the capped schedule)."""
+    def from_plan(self, plan: Plan | Mapping[str, Any]) -> np.ndarray:
+        """The genome of a plan (its caps, under the capped schedule); a mapping is read as a
+        plan file's JSON form (checked against :data:`umpipe_bench.plan.SPEC`)."""
+        plan = as_plan(plan)
+        if plan.S != self.S or plan.B != self.B:
+            raise PlanError(f"plan: S = {plan.S}, B = {plan.B}; the genome space has S = "
+                            f"{self.S}, B = {self.B}")
         f, b = plan_to_bits(plan)
         return self.join(f, b, plan.effective_caps() if self.n_caps else None)
 
@@ -98,7 +133,8 @@ class GenomeSpace(GenomeLayout):
 class PipelineObjective:
     """A problem as a counted, batched black-box objective (module docstring).
 
-    ``problem``: a :class:`~umpipe_bench.problem.Problem` or a registered name;
+    ``problem``: a :class:`~umpipe_bench.problem.Problem`, a registered name or a problem
+    file's JSON form (:func:`as_problem`);
     ``budget``: the most evaluations it will do, an integer >= 1 (None: no limit);
     ``memory_cap``: bytes per stage, > 0 (None: the problem's own capacities, if any).
     """
@@ -112,13 +148,7 @@ class PipelineObjective:
             warnings.warn("PipelineObjective(family=...) is now schedule=...",
                           DeprecationWarning, stacklevel=2)
             schedule = family
-        if isinstance(problem, str):
-            from .registry import get_problem
-
-            problem = get_problem(problem)
-        if not isinstance(problem, Problem):
-            raise InputError(f"problem must be a Problem or a registered problem name, got "
-                              f"{type(problem).__name__}")
+        problem = as_problem(problem)
         if not isinstance(mode, str) or mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         if not isinstance(schedule, str) or schedule not in SCHEDULES:

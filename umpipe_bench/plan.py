@@ -14,17 +14,19 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import schema as sc
 from .codec import balanced_sizes, bits_to_partitions, bits_to_sizes, genes_to_caps, sizes_to_bits
 from .errors import InputError
-from .problem import atomic_write_text
+from .problem import LIMITS, atomic_write_text
 
 if TYPE_CHECKING:
     from .problem import Problem
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = [
     "MODES",
     "PLAN_SCHEMA",
+    "SCHEDULE_NAMES",
+    "SPEC",
     "Plan",
     "PlanError",
     "balanced_split",
@@ -42,6 +46,9 @@ __all__ = [
 
 MODES = ("stash", "recompute")
 PLAN_SCHEMA = "umpipe-plan/1"
+#: The schedules a plan file may name in ``meta.schedule`` (those of
+#: :data:`umpipe_bench.schedules.SCHEDULES`, docs/SCHEDULES.md §1)
+SCHEDULE_NAMES = ("gpipe", "1f1b", "capped")
 
 
 #: a plan that does not fit its problem or is malformed; the message names stage and field
@@ -252,23 +259,24 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "plan") -> Plan:
+        """Build a plan from its JSON form, checked against :data:`SPEC`; errors name
+        ``where`` and the field."""
         if not isinstance(data, dict):
-            raise PlanError(f"{where}: expected a JSON object")
+            raise PlanError(f"{where}: expected a JSON object, got {sc.describe(data)}")
         if data.get("schema") != PLAN_SCHEMA:
             raise PlanError(
                 f"{where}: unknown schema {data.get('schema')!r}; expected {PLAN_SCHEMA!r}"
             )
-        for key in ("mode", "fwd", "bwd"):
-            if key not in data:
-                raise PlanError(f"{where}: missing field {key!r}")
+        sc.check(data, SPEC, where, PlanError)
         _check_recorded_B(data, where)
+        meta = dict(data.get("meta") or {})
+        if "schedule" in meta:
+            meta["schedule"] = meta["schedule"].lower()
         try:
-            plan = cls(fwd=data["fwd"], bwd=data["bwd"], mode=data["mode"],
-                       meta=dict(data.get("meta", {})), caps=data.get("caps"))
+            plan = cls(fwd=data["fwd"], bwd=data["bwd"], mode=data["mode"], meta=meta,
+                       caps=data.get("caps"))
         except PlanError as exc:
             raise PlanError(f"{where}: {exc}") from exc
-        except TypeError as exc:
-            raise PlanError(f"{where}: fields 'fwd'/'bwd' must be lists of lists of sizes") from exc
         for key, val in (("S", plan.S), ("B", plan.B)):
             if key in data and data[key] != val:
                 raise PlanError(
@@ -281,22 +289,75 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Plan:
-        path = Path(path)
         where = f"plan file {str(path)!r}"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise PlanError(f"{where}: cannot read: {exc.strerror}") from exc
-        except json.JSONDecodeError as exc:
-            raise PlanError(f"{where}: not valid JSON: {exc}") from exc
-        return cls.from_dict(data, where)
+        return cls.from_dict(sc.load_json(path, where, PlanError), where)
+
+    def check_problem(self, problem: Problem, where: str = "plan", force: bool = False,
+                      warn: Callable[[str], None] | None = None) -> Plan:
+        """Refuse a plan made for another problem than ``problem``.
+
+        A plan records the problem it was made for (``meta.problem``, its name, and
+        ``meta.problem_digest``, :meth:`Problem.digest` without memory capacities). A plan
+        whose digest differs from ``problem``'s was made for another problem, or another
+        version of it (other costs), even when the shapes agree: it raises :class:`PlanError`
+        naming both, unless ``force``, which only warns. A plan file with a name but no digest
+        (an older format) warns when the name differs; one that records neither is taken as
+        is.
+        Then the shapes must agree (:meth:`validate`).
+        """
+        name = self.meta.get("problem")
+        digest = self.meta.get("problem_digest")
+        made_for = f"problem {name!r}" if name else "another problem"
+        msg = None
+        own = problem.digest(capacities=False)
+        if digest is not None and digest != own:
+            same = f"another version of {made_for}" if name == problem.name else made_for
+            msg = (f"{where} was made for {same} (digest {digest}), not for problem "
+                   f"{problem.name!r} (digest {own})")
+            if not force:
+                raise PlanError(f"{msg}; pass --force-plan to use it anyway")
+        elif digest is None and name and str(name) != problem.name:
+            msg = f"{where} was made for {made_for}, not for problem {problem.name!r}"
+        if msg is not None:
+            (warn or _warn)(msg)
+        return self.validate(problem)
 
 
-def parse_plan_spec(spec: str, problem: Problem, mode: str | None = None) -> tuple[Plan, str]:
+def _warn(msg: str) -> None:
+    print(f"warning: {msg}", file=sys.stderr)
+
+
+_PARTS = sc.List(sc.List(sc.Int(lo=1, what="an integer microbatch size"), min_len=1),
+                 min_len=LIMITS["S"][0], max_len=LIMITS["S"][1])
+_META = sc.Obj((
+    sc.Field("schedule", sc.Str(choices=SCHEDULE_NAMES, fold=True)),
+    sc.Field("planner", sc.Str()),
+    sc.Field("predicted_time", sc.Num(finite=False, nullable=True, what="a number")),
+    sc.Field("problem", sc.Str()),
+    sc.Field("problem_digest", sc.Str(nonempty=True)),
+    sc.Field("seed", sc.Int(*sc.SEED_RANGE, nullable=True)),
+), open=True, what="an object of metadata")
+#: The plan file's schema (docs/MODEL.md §2). ``meta`` may hold other keys (free-form notes);
+#: the listed ones are typed. Relations (sums, ``Q == P`` in stash mode) are :class:`Plan`'s.
+SPEC = sc.Obj((
+    sc.Field("schema", sc.Str(choices=(PLAN_SCHEMA,)), required=True),
+    sc.Field("S", sc.Int(*LIMITS["S"])),
+    sc.Field("B", sc.Int(*LIMITS["B"])),
+    sc.Field("mode", sc.Str(choices=MODES), required=True),
+    sc.Field("fwd", _PARTS, required=True),
+    sc.Field("bwd", _PARTS, required=True),
+    sc.Field("caps", sc.List(sc.Int(lo=1, what="an integer number of samples"), nullable=True)),
+    sc.Field("meta", _META),
+), what="a plan object")
+
+
+def parse_plan_spec(spec: str, problem: Problem, mode: str | None = None,
+                    force: bool = False) -> tuple[Plan, str]:
     """Parse ``gpipe:M``, ``1f1b:M`` or a plan file path into ``(plan, schedule name)``.
 
     ``mode`` overrides the memory mode (for ``gpipe:M``/``1f1b:M`` it defaults to ``stash``;
-    a plan file keeps its own mode unless ``mode`` is given, and then they must agree).
+    a plan file keeps its own mode unless ``mode`` is given, and then they must agree). A plan
+    file made for another problem is refused unless ``force`` (:meth:`Plan.check_problem`).
     """
     head, sep, tail = spec.partition(":")
     if sep and head.lower() in ("gpipe", "1f1b"):
@@ -313,7 +374,8 @@ def parse_plan_spec(spec: str, problem: Problem, mode: str | None = None) -> tup
             f"plan spec {spec!r} is neither 'gpipe:M', '1f1b:M' nor an existing plan file"
         )
     plan = Plan.load(path)
+    plan.check_problem(problem, f"plan file {spec!r}", force=force)
     if mode is not None and mode != plan.mode:
         plan = Plan(fwd=plan.fwd, bwd=plan.bwd, mode=mode, meta=plan.meta, caps=plan.caps)
     schedule = str(plan.meta.get("schedule", "gpipe" if plan.caps is None else "capped"))
-    return plan.validate(problem), schedule
+    return plan, schedule

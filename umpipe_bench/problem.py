@@ -18,16 +18,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import schema as sc
 from .errors import InputError
 from .files import write_text
 
 __all__ = [
     "BWD_FAR_RANGE",
+    "LIMITS",
     "SCHEMA",
     "SPLIT_KINDS",
     "Link",
@@ -46,6 +47,9 @@ _COST_KINDS = ("fwd", "bwd", "rbwd")
 SPLIT_KINDS = ("ibwd", "ribwd", "wbwd")
 #: the range a stage's backward locality factor ``bwd_far`` may take (docs/MODEL.md §1b)
 BWD_FAR_RANGE = (0.25, 4.0)
+#: Inclusive limits of a problem's stage count and mini-batch size, for files as for the
+#: generated simulation networks (docs/SIMNETS.md, "Names")
+LIMITS = {"S": (1, 128), "B": (1, 2048)}
 
 
 #: a malformed problem (file); the message names the file, field and stage
@@ -393,6 +397,37 @@ class Problem:
             fail(f"field 'device_capacity' must be positive bytes, got {self.device_capacity!r}")
         return self
 
+    def digest(self, split: bool = False, capacities: bool = True) -> str:
+        """A hash of everything that determines the costs of our plans (the key of leaderboard
+        rows and best-known entries).
+
+        The split-backward tables (``ibwd``, ``ribwd``, ``wbwd``,
+        ``memory.w_held_bytes_per_sample`` and their provenance) are left out unless ``split``:
+        no plan of ours uses them, only the zero-bubble torch schedules do, so profiling them
+        into a problem file keeps the digests of its leaderboard rows and best-known plans.
+        ``split=True`` hashes the whole file. ``capacities=False`` leaves out the memory
+        capacities (``device_capacity``, ``memory.capacity_bytes``): a plan file's
+        ``meta.problem_digest``, so that a plan made under a memory cap names the same problem
+        as the uncapped one (a cap constrains a run; it changes no cost).
+        """
+        import hashlib
+
+        data = self.to_dict()
+        if not capacities:
+            data.pop("device_capacity", None)
+            for st in data["stages"]:
+                st.get("memory", {}).pop("capacity_bytes", None)
+        if not split:
+            for st in data["stages"]:
+                for kind in SPLIT_KINDS:
+                    st.pop(kind, None)
+                if "memory" in st:
+                    st["memory"].pop("w_held_bytes_per_sample", None)
+                st.get("extra", {}).pop("split_backward", None)
+            data["provenance"].pop("split_backward", None)
+        text = json.dumps(data, indent=1) + "\n"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     # ----------------------------------------------------------------- (de)serialization
     def to_dict(self) -> dict[str, Any]:
         stages = []
@@ -447,51 +482,25 @@ class Problem:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "problem") -> Problem:
-        """Build and validate a problem from its JSON form; errors name ``where`` and the field."""
-
-        def fail(msg: str) -> None:
-            raise ProblemError(f"{where}: {msg}")
-
+        """Build and validate a problem from its JSON form; errors name ``where`` and the field
+        (:data:`SPEC`, then :meth:`validate`)."""
         if not isinstance(data, Mapping):
-            fail(f"expected a JSON object, got {type(data).__name__}")
+            raise ProblemError(f"{where}: expected a JSON object, got {sc.describe(data)}")
         schema = data.get("schema")
         if schema != SCHEMA:
-            fail(f"unknown schema version {schema!r}; expected {SCHEMA!r}")
-        for key in ("name", "B", "sizes", "stages", "links"):
-            if key not in data:
-                fail(f"missing field {key!r}")
-        if not isinstance(data["stages"], list):
-            fail("field 'stages' must be a list")
-        if not isinstance(data["links"], list):
-            fail("field 'links' must be a list")
-        if not isinstance(data["sizes"], list):
-            fail("field 'sizes' must be a list of integers")
+            raise ProblemError(f"{where}: unknown schema version {schema!r}; expected "
+                               f"{SCHEMA!r}")
+        sc.check(data, SPEC, where, ProblemError)
         stages = []
-        for s, st in enumerate(data["stages"]):
-            if not isinstance(st, Mapping):
-                fail(f"stage {s} must be an object")
-            for key in (*_COST_KINDS, "opt"):
-                if key not in st:
-                    fail(f"stage {s} is missing field {key!r}")
-            for key in _COST_KINDS:
-                if not isinstance(st[key], list):
-                    fail(f"stage {s} field {key!r} must be a list of times, one per size")
-            for key in SPLIT_KINDS:
-                if key in st and not isinstance(st[key], list):
-                    fail(f"stage {s} field {key!r} must be a list of times, one per size")
+        for st in data["stages"]:
             mem = st.get("memory")
-            memory = None
-            if mem is not None:
-                try:
-                    memory = StageMemory(
-                        param_bytes=mem["param_bytes"],
-                        saved_act_bytes_per_sample=mem["saved_act_bytes_per_sample"],
-                        input_bytes_per_sample=mem["input_bytes_per_sample"],
-                        capacity_bytes=mem.get("capacity_bytes"),
-                        w_held_bytes_per_sample=mem.get("w_held_bytes_per_sample"),
-                    )
-                except (KeyError, TypeError) as exc:
-                    fail(f"stage {s} field 'memory' is missing {exc}")
+            memory = None if mem is None else StageMemory(
+                param_bytes=mem["param_bytes"],
+                saved_act_bytes_per_sample=mem["saved_act_bytes_per_sample"],
+                input_bytes_per_sample=mem["input_bytes_per_sample"],
+                capacity_bytes=mem.get("capacity_bytes"),
+                w_held_bytes_per_sample=mem.get("w_held_bytes_per_sample"),
+            )
             stages.append(
                 StageCosts(
                     fwd=tuple(st["fwd"]),
@@ -499,36 +508,24 @@ class Problem:
                     rbwd=tuple(st["rbwd"]),
                     opt=st["opt"],
                     memory=memory,
-                    name=str(st.get("name", "")),
+                    name=st.get("name", ""),
                     extra=dict(st.get("extra", {})),
                     bwd_far=st.get("bwd_far"),
                     **{k: tuple(st[k]) for k in SPLIT_KINDS if k in st},
                 )
             )
-        links = []
-        for s, ln in enumerate(data["links"]):
-            if not isinstance(ln, Mapping):
-                fail(f"link {s} must be an object")
-            for key in ("act_bytes", "grad_bytes", "latency", "bandwidth"):
-                if key not in ln:
-                    fail(f"link {s} (stage {s} -> {s + 1}) is missing field {key!r}")
-            links.append(
-                Link(
-                    act_bytes=ln["act_bytes"],
-                    grad_bytes=ln["grad_bytes"],
-                    latency=ln["latency"],
-                    bandwidth=ln["bandwidth"],
-                )
-            )
+        links = [Link(act_bytes=ln["act_bytes"], grad_bytes=ln["grad_bytes"],
+                      latency=ln["latency"], bandwidth=ln["bandwidth"])
+                 for ln in data["links"]]
         prob = cls(
-            name=str(data["name"]),
+            name=data["name"],
             B=data["B"],
             sizes=tuple(data["sizes"]),
             stages=tuple(stages),
             links=tuple(links),
-            provenance=dict(data.get("provenance", {})),
+            provenance=dict(data.get("provenance") or {}),
             device_capacity=data.get("device_capacity"),
-            description=str(data.get("description", "")),
+            description=data.get("description", ""),
         )
         return prob.validate(where)
 
@@ -543,17 +540,50 @@ class Problem:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Problem:
         """Read and validate a problem file; errors name the file, field and stage."""
-        path = Path(path)
         where = f"problem file {str(path)!r}"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ProblemError(f"{where}: cannot read: {exc.strerror}") from exc
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ProblemError(f"{where}: not valid JSON: {exc}") from exc
-        return cls.from_dict(data, where)
+        return cls.from_dict(sc.load_json(path, where, ProblemError), where)
+
+
+#: positivity is checked by :meth:`Problem.validate`, which names the size
+_TIMES = sc.List(sc.Num(what="a time in seconds"), min_len=1)
+_BYTES = sc.Num(lo=0, what="a number of bytes")
+_MEMORY = sc.Obj((
+    sc.Field("param_bytes", _BYTES, required=True),
+    sc.Field("saved_act_bytes_per_sample", _BYTES, required=True),
+    sc.Field("input_bytes_per_sample", _BYTES, required=True),
+    sc.Field("capacity_bytes", sc.Num(lo=0, lo_open=True, what="a number of bytes",
+                                      nullable=True)),
+    sc.Field("w_held_bytes_per_sample", sc.Num(lo=0, what="a number of bytes", nullable=True)),
+), what="an object of memory figures")
+_STAGE = sc.Obj((
+    *(sc.Field(k, _TIMES, required=True) for k in _COST_KINDS),
+    sc.Field("opt", sc.Num(lo=0, what="a time in seconds"), required=True),
+    sc.Field("name", sc.Str()),
+    sc.Field("memory", sc.Obj(_MEMORY.fields, what=_MEMORY.what, nullable=True)),
+    sc.Field("extra", sc.Map()),
+    sc.Field("bwd_far", sc.Num(lo=BWD_FAR_RANGE[0], hi=BWD_FAR_RANGE[1],
+                               what="a far/near backward time ratio", nullable=True)),
+    *(sc.Field(k, _TIMES) for k in SPLIT_KINDS),
+), what="a stage object")
+_LINK = sc.Obj((
+    *(sc.Field(k, _BYTES, required=True) for k in ("act_bytes", "grad_bytes")),
+    sc.Field("latency", sc.Num(lo=0, what="a time in seconds"), required=True),
+    sc.Field("bandwidth", sc.Num(lo=0, lo_open=True, what="a bandwidth in bytes/s"), required=True),
+), what="a link object")
+#: The problem file's schema (docs/MODEL.md §1); relations between fields (one value per
+#: size, sizes covering ``1..B``, ``S - 1`` links) are :meth:`Problem.validate`'s.
+SPEC = sc.Obj((
+    sc.Field("schema", sc.Str(choices=(SCHEMA,)), required=True),
+    sc.Field("name", sc.Str(), required=True),
+    sc.Field("description", sc.Str()),
+    sc.Field("B", sc.Int(*LIMITS["B"]), required=True),
+    sc.Field("sizes", sc.List(sc.Int(lo=1), min_len=1), required=True),
+    sc.Field("stages", sc.List(_STAGE, *LIMITS["S"]), required=True),
+    sc.Field("links", sc.List(_LINK), required=True),
+    sc.Field("provenance", sc.Map()),
+    sc.Field("device_capacity", sc.Num(lo=0, lo_open=True, what="a number of bytes",
+                                       nullable=True)),
+), what="a problem object")
 
 
 def _is_finite(v: Any) -> bool:

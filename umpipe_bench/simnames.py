@@ -19,7 +19,9 @@ import re
 from collections.abc import Callable
 from functools import partial
 
+from .problem import LIMITS as PROBLEM_LIMITS
 from .problem import Problem, ProblemError
+from .schema import SEED_RANGE
 from .simnets import FAMILIES, family_name, family_problem
 from .synthetic import SIM_BATCHES, SIM_SEEDS, SIM_STAGES, SIM_TINY, sim_name, synthetic_problem
 
@@ -29,7 +31,7 @@ __all__ = [
 ]
 
 #: Inclusive limits of the open names: ``(low, high)``.
-LIMITS = {"S": (1, 128), "B": (1, 2048), "seed": (0, 2**32 - 1)}
+LIMITS = {**PROBLEM_LIMITS, "seed": SEED_RANGE}
 PATTERNS = (
     "sim-s{S}-b{B}-s{seed}",
     "sim-{family}[-dc]-s{S}-b{B}-h{h}-s{seed}",

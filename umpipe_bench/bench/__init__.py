@@ -14,7 +14,7 @@ from typing import Any
 
 #: Public names and the submodule that defines each: imported on first use (PEP 562), so that
 #: importing one light submodule (e.g. :mod:`.heterogeneity` for the CLI's defaults) does not
-#: pull in pydantic through :mod:`.config`.
+#: pull in the planners through :mod:`.config`.
 _EXPORTS = {
     "BenchConfig": "config", "Cell": "config", "ConfigError": "config",
     "builtin_config": "config", "load_config": "config", "parse_config": "config",

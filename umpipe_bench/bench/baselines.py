@@ -13,7 +13,6 @@ re-profiled problem is never compared with a stale baseline.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..planners.evaluation.reference import EdpBaseline, edp_reference
-from ..problem import SPLIT_KINDS, Problem, atomic_write_text
+from ..problem import Problem, atomic_write_text
 
 __all__ = ["BaselineCache", "EdpBaseline", "TorchBaseline", "best_edp", "best_torch",
            "problem_digest"]
@@ -33,24 +32,9 @@ def best_edp(problem: Problem, mode: str, schedule: str) -> EdpBaseline:
 
 
 def problem_digest(problem: Problem, split: bool = False) -> str:
-    """A hash of everything that determines the costs of our plans.
-
-    The split-backward tables (``ibwd``, ``ribwd``, ``wbwd``, ``memory.w_held_bytes_per_sample``
-    and their provenance) are left out unless ``split``: no plan of ours uses them, only the
-    zero-bubble torch schedules do, so profiling them into a problem file keeps the digests of
-    its leaderboard rows and best-known plans. ``split=True`` hashes the whole file.
-    """
-    data = problem.to_dict()
-    if not split:
-        for st in data["stages"]:
-            for kind in SPLIT_KINDS:
-                st.pop(kind, None)
-            if "memory" in st:
-                st["memory"].pop("w_held_bytes_per_sample", None)
-            st.get("extra", {}).pop("split_backward", None)
-        data["provenance"].pop("split_backward", None)
-    text = json.dumps(data, indent=1) + "\n"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """:meth:`Problem.digest <umpipe_bench.problem.Problem.digest>`: a hash of everything
+    that determines the costs of our plans (``split``: of the whole file)."""
+    return problem.digest(split)
 
 
 @dataclass(frozen=True)

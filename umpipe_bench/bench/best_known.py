@@ -29,10 +29,12 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from .. import schema as sc
 from ..errors import InputError
+from ..plan import MODES, SCHEDULE_NAMES
 from ..problem import Problem, atomic_write_text
 
-__all__ = ["FAMILIES", "SCHEMA", "BestKnown", "BestKnownError", "Candidate", "Entry",
+__all__ = ["FAMILIES", "SCHEMA", "SPEC", "BestKnown", "BestKnownError", "Candidate", "Entry",
            "candidates_from_leaderboard", "check", "default_path", "update"]
 
 SCHEMA = "umpipe-best-known/1"
@@ -99,16 +101,21 @@ class BestKnown:
             raise BestKnownError(f"{str(self.path)!r}: not a regular file; expected a best-known "
                                  "file (JSON)")
         if self.path.exists():
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-                if data.get("schema") != SCHEMA:
-                    raise ValueError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-                for e in data["entries"]:
-                    entry = Entry(**e)
-                    self.entries[entry.key] = entry
-            except (ValueError, KeyError, TypeError) as exc:
-                raise BestKnownError(f"{str(self.path)!r}: not a best-known file ({exc})"
-                                     ) from None
+            where = f"best-known file {str(self.path)!r}"
+            data = sc.load_json(self.path, where, BestKnownError)
+            if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+                found = data.get("schema") if isinstance(data, dict) else sc.describe(data)
+                raise BestKnownError(f"{where}: not a best-known file (schema {found!r}; "
+                                     f"expected {SCHEMA!r})")
+            sc.check(data, SPEC, where, BestKnownError)
+            for i, e in enumerate(data["entries"]):
+                entry = Entry(**e)
+                if entry.key in self.entries:
+                    raise BestKnownError(f"{where}: field 'entries[{i}]': problem "
+                                         f"{entry.problem!r}, mode {entry.mode!r}, family "
+                                         f"{entry.family!r} has an entry already; expected "
+                                         "one entry per (problem, mode, family)")
+                self.entries[entry.key] = entry
 
     def value(self, problem: str, mode: str, family: str = "capped") -> float | None:
         e = self.entries.get((problem, mode, family))
@@ -124,6 +131,29 @@ class BestKnown:
                                                 indent=1) + "\n")
 
 
+def _relative_path(text: str) -> None:
+    if text.startswith(("/", "\\")) or ".." in Path(text).parts:
+        raise ValueError(f"expected a path relative to the file's folder, got {text!r}")
+
+
+_ENTRY = sc.Obj((
+    sc.Field("problem", sc.Str(nonempty=True), required=True),
+    sc.Field("mode", sc.Str(choices=MODES), required=True),
+    sc.Field("family", sc.Str(choices=tuple(FAMILIES)), required=True),
+    sc.Field("value", sc.Num(lo=0, lo_open=True, what="a time in seconds"), required=True),
+    sc.Field("plan_file", sc.Str(nonempty=True, parse=_relative_path), required=True),
+    sc.Field("planner", sc.Str(), required=True),
+    sc.Field("schedule", sc.Str(choices=SCHEDULE_NAMES), required=True),
+    sc.Field("date", sc.Str(), required=True),
+    sc.Field("problem_digest", sc.Str(nonempty=True), required=True),
+), what="an entry object")
+#: The best-known file's schema (module docstring).
+SPEC = sc.Obj((
+    sc.Field("schema", sc.Str(choices=(SCHEMA,)), required=True),
+    sc.Field("entries", sc.List(_ENTRY), required=True),
+), what="a best-known object")
+
+
 def _simulate(problem: Problem, plan_path: Path) -> tuple[float, str]:
     """``(T, schedule)`` of a plan file re-simulated on ``problem``, or BestKnownError."""
     from ..memory import MemoryCapError, check_fits
@@ -132,7 +162,7 @@ def _simulate(problem: Problem, plan_path: Path) -> tuple[float, str]:
 
     plan = Plan.load(plan_path)
     schedule = str(plan.meta.get("schedule", "gpipe" if plan.caps is None else "capped"))
-    plan.validate(problem)
+    plan.check_problem(problem, f"plan file {str(plan_path)!r}")
     tl = simulate(problem, plan, schedule)
     try:
         check_fits(tl.peak_memory or [], tl.capacity, f"plan {str(plan_path)!r}")
@@ -248,7 +278,6 @@ def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None
 def missing(path: str | os.PathLike[str] | None = None,
             names: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
     """The (problem, mode, family) keys of registered problems without an entry."""
-    from ..plan import MODES
     from ..registry import problem_names
 
     book = BestKnown(path)

@@ -2,9 +2,14 @@
 
 A matrix file has one ``[bench]`` table of defaults and one ``[[planners]]`` table per planner
 variant; a planner may narrow or override any of the defaults (its own seeds, modes, budgets
-or problems). Validation is pydantic's; every error names the file and the
-field, e.g. ``planners[1].settings``. Expanding a matrix gives :class:`Cell` objects, ordered
-problem by problem, whose :meth:`Cell.key` is what a resumed run uses to skip finished work.
+or problems). Validation is :mod:`umpipe_bench.schema`'s (:data:`SPEC`); every error names the
+file and the field, e.g. ``planners[1].settings``, and what was expected. A matrix lists each
+cell once: a value given twice in one list (``seeds = [0, 0]``) or a planner entry that repeats
+another one's cells under another label is refused, naming the duplicate, rather than
+silently dropped: a duplicate is nearly always a typo (``[0, 0]`` for ``[0, 1]``), and
+dropping it would hide the cells that were meant. Expanding a matrix gives :class:`Cell`
+objects, ordered problem by problem, whose :meth:`Cell.key` is what a resumed run uses to skip
+finished work.
 
 Example::
 
@@ -33,29 +38,22 @@ import hashlib
 import importlib
 import json
 import re
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-
+from .. import schema as sc
 from ..errors import InputError
 from ..plan import MODES
 from ..planners.search.base import Budget, PlannerError
 from .memcap import NO_CAP, check_memory_cap
 
 __all__ = [
+    "SPEC",
     "BenchConfig",
+    "BenchSection",
     "Cell",
     "ConfigError",
     "PlannerEntry",
@@ -66,8 +64,6 @@ __all__ = [
     "planner_inputs",
     "settings_hash",
 ]
-
-Mode = Literal["stash", "recompute"]
 
 
 #: a malformed matrix file; the message names the file and the field
@@ -81,90 +77,134 @@ def _check_budget(v: str) -> str:
         raise ValueError(str(exc)) from None
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _list(item: sc.Spec, unique: bool = True) -> sc.List:
+    return sc.List(item, min_len=1, unique=unique)
 
 
-class PlannerEntry(_Strict):
-    """One planner variant of the matrix; unset fields take the ``[bench]`` defaults."""
+_SEEDS = _list(sc.Int(*sc.SEED_RANGE, what="a seed (an integer)"))
+_MODES = _list(sc.Str(choices=MODES))
+_BUDGETS = _list(sc.Str(parse=_check_budget))
+_CAPS = _list(sc.Str(parse=check_memory_cap))
+_PATTERNS = sc.List(sc.Str(nonempty=True))
+#: The ``[bench]`` table: the matrix's name and its defaults. Lists hold each value once
+#: (``seeds = [0, 0]`` would run every cell twice).
+BENCH_SPEC = sc.Obj((
+    sc.Field("name", sc.Str()),
+    sc.Field("description", sc.Str()),
+    sc.Field("problems", _PATTERNS),
+    sc.Field("optional_problems", _PATTERNS),
+    sc.Field("seeds", _SEEDS),
+    sc.Field("modes", _MODES),
+    sc.Field("budgets", _BUDGETS),
+    sc.Field("memory_caps", _CAPS),
+), what="a table")
+#: One ``[[planners]]`` table; unset fields take the ``[bench]`` defaults.
+PLANNER_SPEC = sc.Obj((
+    sc.Field("name", sc.Str(nonempty=True), required=True),
+    sc.Field("label", sc.Str(nonempty=True, nullable=True)),
+    sc.Field("settings", sc.Map()),
+    sc.Field("seeds", _SEEDS),
+    sc.Field("modes", _MODES),
+    sc.Field("budgets", _BUDGETS),
+    sc.Field("problems", sc.List(sc.Str(nonempty=True), min_len=1)),
+    sc.Field("memory_caps", _CAPS),
+), what="a table")
+#: The schema of a whole matrix file.
+SPEC = sc.Obj((
+    sc.Field("bench", BENCH_SPEC, required=True),
+    sc.Field("planners", sc.List(PLANNER_SPEC, min_len=1), required=True),
+), what="a matrix (a [bench] table and [[planners]] tables)")
 
-    name: str = Field(min_length=1)
+
+@dataclass(frozen=True)
+class PlannerEntry:
+    """One planner variant of the matrix; unset fields (None) take the ``[bench]`` defaults."""
+
+    name: str
     label: str | None = None
-    settings: dict[str, Any] = Field(default_factory=dict)
-    seeds: list[int] | None = Field(default=None, min_length=1)
-    modes: list[Mode] | None = Field(default=None, min_length=1)
-    budgets: list[str] | None = Field(default=None, min_length=1)
-    problems: list[str] | None = Field(default=None, min_length=1)
-    memory_caps: list[str] | None = Field(default=None, min_length=1)
-
-    @field_validator("budgets")
-    @classmethod
-    def _budgets(cls, v: list[str] | None) -> list[str] | None:
-        return None if v is None else [_check_budget(b) for b in v]
-
-    @field_validator("memory_caps")
-    @classmethod
-    def _caps(cls, v: list[str] | None) -> list[str] | None:
-        return None if v is None else [check_memory_cap(c) for c in v]
+    settings: dict[str, Any] = field(default_factory=dict)
+    seeds: list[int] | None = None
+    modes: list[str] | None = None
+    budgets: list[str] | None = None
+    problems: list[str] | None = None
+    memory_caps: list[str] | None = None
 
     @property
     def display(self) -> str:
         return self.label or self.name
 
 
-class BenchSection(_Strict):
+@dataclass(frozen=True)
+class BenchSection:
     """The ``[bench]`` table: the matrix's name and its defaults."""
 
     name: str = "bench"
     description: str = ""
-    problems: list[str] = Field(default_factory=list)
-    optional_problems: list[str] = Field(default_factory=list)
-    seeds: list[int] = Field(default=[0], min_length=1)
-    modes: list[Mode] = Field(default=["stash"], min_length=1)
-    budgets: list[str] = Field(default=["evals:2000"], min_length=1)
+    problems: list[str] = field(default_factory=list)
+    optional_problems: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    modes: list[str] = field(default_factory=lambda: ["stash"])
+    budgets: list[str] = field(default_factory=lambda: ["evals:2000"])
     #: "none", a share of the best GPipe-EDP stash peak ("50%") or a size ("24GiB")
-    memory_caps: list[str] = Field(default=[NO_CAP], min_length=1)
-
-    @field_validator("budgets")
-    @classmethod
-    def _budgets(cls, v: list[str]) -> list[str]:
-        return [_check_budget(b) for b in v]
-
-    @field_validator("memory_caps")
-    @classmethod
-    def _caps(cls, v: list[str]) -> list[str]:
-        return [check_memory_cap(c) for c in v]
-
-    @model_validator(mode="after")
-    def _some_problems(self) -> BenchSection:
-        if not self.problems and not self.optional_problems:
-            raise ValueError("give 'problems' (or 'optional_problems'): the matrix has none")
-        return self
+    memory_caps: list[str] = field(default_factory=lambda: [NO_CAP])
 
 
-class _MatrixFile(_Strict):
-    """The schema of a whole matrix file."""
+def _normalized(table: dict[str, Any], where: str, path: str) -> dict[str, Any]:
+    """Budgets and memory caps in their normal form, each once (``secs:10,evals:2000`` and
+    ``evals:2000,secs:10`` are one budget)."""
+    out = dict(table)
+    for key, norm in (("budgets", _check_budget), ("memory_caps", check_memory_cap)):
+        if key in out:
+            vals = [norm(v) for v in out[key]]
+            for i, v in enumerate(vals):
+                if v in vals[:i]:
+                    raise ConfigError(f"{where}: field '{path}.{key}[{i}]': {out[key][i]!r} is "
+                                      f"the same as [{vals.index(v)}]; expected each value "
+                                      "once")
+            out[key] = vals
+    return out
 
-    bench: BenchSection
-    planners: list[PlannerEntry] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _unique_labels(self) -> _MatrixFile:
-        """Two entries may share a label only under different memory caps (their cells'
-        keys then differ): e.g. tidgap uncapped on every problem, and tidgap at 50 % on the
-        profiled ones."""
-        seen: dict[tuple[str, str], int] = {}
-        for i, p in enumerate(self.planners):
-            for cap in p.memory_caps or self.bench.memory_caps:
-                key = (p.display.lower(), cap)
-                if key in seen:
-                    raise ValueError(
-                        f"planners[{i}] has the same label {p.display!r} as planners"
-                        f"[{seen[key]}] under memory cap {cap!r}; give one of them a distinct "
-                        "'label'"
-                    )
-                seen[key] = i
-        return self
+def _check_matrix(bench: BenchSection, planners: Sequence[PlannerEntry], where: str) -> None:
+    """Relations between tables: some problem; one label per memory cap; no planner entry
+    that repeats another one's cells."""
+    if not bench.problems and not bench.optional_problems:
+        raise ConfigError(f"{where}: field 'bench': give 'problems' (or 'optional_problems'): "
+                          "the matrix has none")
+    # Two entries may share a label only under different memory caps (their cells' keys then
+    # differ): e.g. tidgap uncapped on every problem, and tidgap at 50 % on the profiled ones.
+    seen: dict[tuple[str, str], int] = {}
+    for i, p in enumerate(planners):
+        for cap in p.memory_caps or bench.memory_caps:
+            key = (p.display.lower(), cap)
+            if key in seen:
+                raise ConfigError(
+                    f"{where}: field 'planners[{i}]' has the same label {p.display!r} as "
+                    f"planners[{seen[key]}] under memory cap {cap!r}; give one of them a "
+                    "distinct 'label'")
+            seen[key] = i
+    # Two entries of one planner with the same settings compute the same cells under two
+    # labels; where their seeds, modes, budgets and caps meet, every such cell runs twice.
+    runs: dict[str, int] = {}
+    for i, p in enumerate(planners):
+        sig = json.dumps([p.name.lower(), p.settings], sort_keys=True, default=str)
+        j = runs.get(sig)
+        if j is None:
+            runs[sig] = i
+            continue
+        q = planners[j]
+        common = [set(a or b) & set(c or d) for a, b, c, d in (
+            (p.seeds, bench.seeds, q.seeds, bench.seeds),
+            (p.modes, bench.modes, q.modes, bench.modes),
+            (p.budgets, bench.budgets, q.budgets, bench.budgets),
+            (p.memory_caps, bench.memory_caps, q.memory_caps, bench.memory_caps))]
+        if all(common):
+            seed, mode, budget, cap = (sorted(c, key=str)[0] for c in common)
+            raise ConfigError(
+                f"{where}: field 'planners[{i}]' repeats planners[{j}] ({p.name!r}, same "
+                f"settings): both run e.g. seed {seed}, mode {mode}, budget {budget}, memory "
+                f"cap {cap}; a matrix lists each cell once (narrow its seeds, modes, budgets "
+                "or memory_caps, or change its settings)")
 
 
 @dataclass(frozen=True)
@@ -334,39 +374,19 @@ class Cell:
         return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in raw)
 
 
-def _format_error(source: str, exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = ""
-        for part in err["loc"]:
-            loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        lines.append(f"{loc or '<top>'}: {msg}")
-    return f"{source}: " + "; ".join(lines)
-
-
 def parse_config(data: dict[str, Any], source: str = "<memory>") -> BenchConfig:
-    """Validate a decoded matrix (the dict ``tomllib`` gives)."""
-    try:
-        spec = _MatrixFile.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_format_error(source, exc)) from None
-    return BenchConfig(spec.bench, tuple(spec.planners), source)
+    """Validate a decoded matrix (the dict ``tomllib`` gives) against :data:`SPEC`."""
+    sc.check(data, SPEC, source, ConfigError)
+    bench = BenchSection(**_normalized(data["bench"], source, "bench"))
+    planners = tuple(PlannerEntry(**_normalized(p, source, f"planners[{i}]"))
+                     for i, p in enumerate(data["planners"]))
+    _check_matrix(bench, planners, source)
+    return BenchConfig(bench, planners, source)
 
 
 def load_config(path: str | Path) -> BenchConfig:
     """Read and validate a matrix file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"config {str(path)!r}: cannot read: {exc.strerror}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config {str(path)!r}: not valid TOML: {exc}") from None
+    data = sc.load_toml(path, f"config {str(path)!r}", ConfigError)
     return parse_config(data, str(path))
 
 

@@ -92,7 +92,7 @@ def study_points(stages: Sequence[int], batches: Sequence[int], modes: Sequence[
     for fam in families:
         if fam.removesuffix("-dc") not in FAMILIES:
             raise UserInputError(f"--families: unknown family {fam!r}; expected one of "
-                             f"{', '.join(FAMILIES)} (optionally with -dc)")
+                                 f"{', '.join(FAMILIES)} (optionally with -dc)")
     for h in hs:
         if not 0.0 <= h <= 1.0:
             raise UserInputError(f"--h: every h must be in [0, 1], got {h:g}")

@@ -30,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--config", metavar="FILE", help="matrix file (TOML); see umpipe_bench/"
-                     "bench/default.toml for the format")
+                     "bench/default.toml for the format. Seeds are integers in "
+                     "0..4294967295; a cell listed twice (a seed, mode or budget given twice, "
+                     "or two planner entries with the same settings) is refused, naming it")
     src.add_argument("--full", action="store_true",
                      help="the paper-scale matrix (umpipe_bench/bench/full.toml): hours")
     p.add_argument("--out", default="results", metavar="DIR",

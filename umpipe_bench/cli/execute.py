@@ -60,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--threads", type=whole(1, MAX_JOBS), default=None,
         help="torch threads per stage (default: problem's, 1)"
     )
-    p.add_argument("--seed", type=int, default=None, help="model/batch seed (default: problem's)")
+    p.add_argument("--seed", default=None, metavar="SEED",
+                   help="model/batch seed, an integer in 0..4294967295 (default: problem's)")
     p.add_argument(
         "--timeout",
         type=seconds(open_low=True),
@@ -73,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--run-dir", default=None, help="working folder (default: a temporary one)")
     p.add_argument("--echo", action="store_true", help="show the workers' output live")
+    p.add_argument("--force-plan", action="store_true",
+                   help="use a plan file made for another problem (or another version of "
+                   "it), with a warning; without it such a plan is refused")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--csv", metavar="FILE", help="write one row per plan; appended to an "
                    "existing file with the same header, refused if its header differs")
@@ -83,6 +87,10 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """RunSpec settings from the options (unset ones come from the problem's provenance)."""
     if args.iters < 1 or args.warmup < 0:
         raise UserInputError("--iters must be >= 1 and --warmup >= 0")
+    if args.seed is not None:
+        from ..schema import parse_seed
+
+        args.seed = parse_seed(args.seed, "--seed")
     settings: dict[str, Any] = {"iters": args.iters, "warmup": args.warmup,
                                 "backend": args.backend, "timeout_s": args.timeout}
     for key in ("dtype", "optimizer", "seed", "threads"):
@@ -116,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_dir(args.run_dir, "--run-dir")
     problem = get_problem(args.problem)
     ex = prepare(problem, [args.plan, *args.vs], mode=args.mode, peer=not args.no_peer,
-                 **_settings(args))
+                 force_plan=args.force_plan, **_settings(args))
     _check_backend(ex.spec.backend)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         result = _run_in_process(ex.spec, args)

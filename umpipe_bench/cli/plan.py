@@ -42,7 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "random-search, optuna-tpe, exact, or any registered one)")
     p.add_argument("--mode", choices=("stash", "recompute"), default="stash",
                    help="memory mode (recompute frees the backward partitions)")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--seed", default=0, metavar="SEED",
+                   help="random seed: an integer in 0..4294967295 (numpy's and Optuna's "
+                   "range); the same seed gives the same plan")
     p.add_argument("--budget", default=None,
                    help="evals:N, gens:N, secs:X or a comma-separated mix (first reached stops); "
                    "default: the planner's own (tidgap: 8,000,000 evaluations on small "
@@ -63,11 +65,13 @@ def run(args: argparse.Namespace) -> int:
     from ..bound import lower_bound
     from ..memory import check_fits, format_bytes, parse_size
     from ..planners.evaluation.reference import edp_reference
+    from ..schema import parse_seed
     from ..simulator import simulate
     from ._lookup import planner_class
     from ._lookup import problem as get_problem
     from ._paths import check_output_file, writing
 
+    args.seed = parse_seed(args.seed, "--seed")
     check_output_file(args.out, "--out")
     problem = get_problem(args.problem)
     if args.memory_cap is not None:

@@ -77,7 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="timed step")
     p.add_argument("--dtype", choices=("float32", "float64", "bfloat16"), default="float32",
                    help="parameter and activation dtype the stages are timed in")
-    p.add_argument("--seed", type=int, default=0, help="weights, batch and gradients seed")
+    p.add_argument("--seed", default=0, metavar="SEED",
+                   help="weights, batch and gradients seed, an integer in 0..4294967295")
     p.add_argument(
         "--clock",
         choices=("wall", "thread-cpu"),
@@ -182,8 +183,10 @@ def run(args: argparse.Namespace) -> int:
                              "FILE)")
     from ..profiler.partition import parse_layers_per_stage
     from ..profiler.profile import Grouping, LinkFigures, profile_model
+    from ..schema import parse_seed
     from ._paths import check_output_file, writing
 
+    args.seed = parse_seed(args.seed, "--seed")
     check_output_file(args.out, "--out")  # before minutes of profiling, not after
     if args.batch < 1:
         raise UserInputError(f"--batch must be >= 1, got {args.batch}")

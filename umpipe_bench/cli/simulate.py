@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory-cap", metavar="SIZE",
                    help="device memory per stage (bytes, or 512MiB, 24GiB, 2GB...): report "
                    "whether every stage's peak fits; default: the problem file's capacities")
+    p.add_argument("--force-plan", action="store_true",
+                   help="use a plan file made for another problem (or another version of "
+                   "it), with a warning; without it such a plan is refused")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--events", action="store_true",
                    help="with --json: include every op and transfer, and each stage's ops in "
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     problem = get_problem(args.problem)
     if args.memory_cap is not None:
         problem = problem.with_memory_cap(parse_size(args.memory_cap))
-    plan, schedule = parse_plan_spec(args.plan, problem, args.mode)
+    plan, schedule = parse_plan_spec(args.plan, problem, args.mode, force=args.force_plan)
     ops = build_schedule(schedule, plan)
     tl = simulate(problem, plan, schedule, ops=ops)
     if args.trace:

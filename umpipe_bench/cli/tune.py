@@ -7,7 +7,7 @@ import argparse
 from ..errors import UserInputError
 
 #: The one-line help ``umpipe-bench --help`` lists without importing :mod:`..bench.tune`
-#: (which pulls in pydantic and multiprocessing): see ``cli.build_parser``.
+#: (which pulls in the planners, numpy and multiprocessing): see ``cli.build_parser``.
 HELP = "tune DGAP/TiDGAP settings with Optuna (TPE) on training problems"
 
 
@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="problems the tuned settings are judged on")
     p.add_argument("--modes", nargs="+", default=list(d.modes), choices=("stash", "recompute"),
                    help="memory modes every trial runs")
-    p.add_argument("--seeds", nargs="+", type=int, default=list(d.seeds), help="planner seeds")
+    p.add_argument("--seeds", nargs="+", default=list(d.seeds), metavar="SEED",
+                   help="planner seeds, each an integer in 0..4294967295, each once")
     p.add_argument("--budget", default=d.budget, help="planner budget per run")
     p.add_argument("--trials", type=int, default=40, help="trials to add in this run (0: none, "
                    "only judge and save the best of an existing study)")
@@ -43,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Optuna storage URL (any RDB that SQLAlchemy reaches)")
     p.add_argument("--study-name", default=None,
                    help="study name (default: <planner>-<budget>)")
-    p.add_argument("--seed", type=int, default=0, help="TPE sampler seed (one per machine)")
+    p.add_argument("--seed", default=0, metavar="SEED",
+                   help="TPE sampler seed, an integer in 0..4294967295 (one per machine)")
     p.add_argument("--save", default=None, metavar="FILE",
                    help="tuned settings JSON (default: results/tuned-<planner>.json)")
     p.add_argument("--install", action="store_true",
@@ -75,10 +77,15 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.tune import TuneSpec, finish, open_study, run_study, summary_markdown
     from ..files import write_text
     from ..planners.algorithms.tuned import tuned_path
+    from ..schema import parse_seed
     from ._lookup import problem as get_problem
     from ._paths import check_output_file, writing
 
     _check_counts(args)
+    args.seed = parse_seed(args.seed, "--seed")
+    args.seeds = [parse_seed(s, "--seeds") for s in args.seeds]
+    if len(set(args.seeds)) < len(args.seeds):
+        raise UserInputError(f"--seeds lists a seed twice: {args.seeds}; each seed once")
     spec = TuneSpec(planner=args.planner, train=tuple(args.train),
                     heldout=tuple(args.heldout), modes=tuple(args.modes),
                     seeds=tuple(args.seeds), budget=args.budget)

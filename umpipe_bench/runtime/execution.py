@@ -53,11 +53,12 @@ class Execution:
                          busy=self.busy)
 
 
-def _planned_runs(problem: Problem, specs: Sequence[str], mode: str | None) -> list[PlannedRun]:
+def _planned_runs(problem: Problem, specs: Sequence[str], mode: str | None,
+                  force_plan: bool = False) -> list[PlannedRun]:
     runs: list[PlannedRun] = []
     labels: set[str] = set()
     for text in specs:
-        plan, schedule = parse_plan_spec(text, problem, mode)
+        plan, schedule = parse_plan_spec(text, problem, mode, force=force_plan)
         label = plan_label(text)
         if plan.mode != "stash" and ":" in label and not os.path.exists(text):
             label = f"{label}:{plan.mode}"
@@ -70,12 +71,13 @@ def _planned_runs(problem: Problem, specs: Sequence[str], mode: str | None) -> l
 
 
 def prepare(problem: Problem, specs: Sequence[str], *, mode: str | None = None,
-            peer: bool = True, **settings: Any) -> Execution:
+            peer: bool = True, force_plan: bool = False, **settings: Any) -> Execution:
     """Parse the plan specs (``gpipe:M``, ``1f1b:M`` or plan files), build the spec (which
-    refuses what cannot run) and predict every entry (docs/MODEL.md §4)."""
+    refuses what cannot run) and predict every entry (docs/MODEL.md §4). ``force_plan``: use
+    a plan file made for another problem, with a warning (:meth:`Plan.check_problem`)."""
     from ..simulator import simulate
 
-    runs = _planned_runs(problem, specs, mode)
+    runs = _planned_runs(problem, specs, mode, force_plan)
     spec = spec_for_problem(problem, runs, peer=peer, **settings)
     ex = Execution(problem, runs, spec)
     for r in runs:

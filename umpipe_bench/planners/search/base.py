@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from ...plan import MODES, Plan
 from ...problem import Problem
+from ...schema import check_seed
 from .errors import PlannerError
 from .history import History
 from .settings import resolve_settings
@@ -154,6 +155,7 @@ class Planner:
     ) -> PlanResult:
         if mode not in MODES:
             raise PlannerError(f"mode must be one of {MODES}, got {mode!r}")
+        seed = check_seed(seed, f"planner {self.name!r}", PlannerError, allow_none=True)
         b = Budget.parse(budget if budget is not None else self.budget_for(problem))
         t0 = time.perf_counter()
         res = self._plan(problem, mode=mode, budget=b, seed=seed, progress=progress)
@@ -166,6 +168,7 @@ class Planner:
         res.plan.meta.setdefault("planner", res.planner)
         res.plan.meta.setdefault("predicted_time", res.iteration_time)
         res.plan.meta.setdefault("problem", problem.name)
+        res.plan.meta.setdefault("problem_digest", problem.digest(capacities=False))
         res.plan.meta.setdefault("seed", seed)
         return res
 
