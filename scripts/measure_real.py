@@ -485,7 +485,10 @@ def main() -> int:
     for name in [] if args.report_only else args.problems:
         measure(name, args)
     # the report covers every problem measured so far in this folder (latest run of each)
-    results = {p.stem: json.loads(p.read_text()) for p in sorted(Path(args.out).glob("*.json"))}
+    # a run file holds "rows"; other JSON files in the folder (e.g. chunk-derivation.json) are
+    # other tools' results
+    results = {p.stem: d for p in sorted(Path(args.out).glob("*.json"))
+               if isinstance(d := json.loads(p.read_text()), dict) and "rows" in d}
     md = markdown(results)
     # hand-kept and other scripts' sections, in this order, when present
     for extra in SECTIONS:

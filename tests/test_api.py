@@ -160,7 +160,7 @@ def test_integer_budgets_of_any_integer_type_are_taken():
 
 
 def test_a_problem_of_the_wrong_type_and_bad_genomes_are_user_errors():
-    with pytest.raises(UmpipeError, match="problem must be a Problem or a registered"):
+    with pytest.raises(UmpipeError, match="problem: expected a Problem, a registered name"):
         PipelineObjective(3)  # type: ignore[arg-type]
     obj = PipelineObjective(synthetic_problem(2, 4, 0))
     with pytest.raises(UmpipeError, match="NaN or infinite"):
