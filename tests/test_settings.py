@@ -77,3 +77,11 @@ def test_the_cli_turns_an_out_of_range_setting_into_one_line_and_exit_2(capsys):
     assert rc == 2
     assert err.strip().splitlines() == [
         "umpipe-bench plan: error: planner 'random-search': batch must be >= 1, got '0'"]
+
+
+@pytest.mark.parametrize("value", ["1e400", "inf", "-inf", "nan"])
+def test_an_integer_setting_that_is_not_finite_is_one_line(value):
+    from umpipe_bench.planners.search.settings import coerce
+
+    with pytest.raises(PlannerError, match=f"setting population={value!r} is not a valid int"):
+        coerce("tidgap", "population", value, 64)

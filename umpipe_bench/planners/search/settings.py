@@ -45,7 +45,7 @@ def coerce(planner: str, key: str, value: Any, default: Any) -> Any:
                 raise ValueError(value)
             return int(f)
         return kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # "1e400" is inf
         raise PlannerError(
             f"planner {planner!r}: setting {key}={value!r} is not a valid {kind.__name__}"
         ) from None
