@@ -11,6 +11,7 @@ machine's load; the seconds do. One JSON line per seed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -19,12 +20,17 @@ from umpipe_bench.registry import get_problem
 
 
 def main() -> int:
-    if len(sys.argv) < 5:
-        print(__doc__)
-        return 2
-    problem, mode, ref = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    seeds = [int(x) for x in sys.argv[4].split(",")]
-    sets = dict(a.split("=", 1) for a in sys.argv[5:])  # strings: the planner coerces them
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("problem", help="registered problem name")
+    ap.add_argument("mode", choices=("stash", "recompute"))
+    ap.add_argument("ref", type=float, help="the reference T in seconds (e.g. the best known)")
+    ap.add_argument("seeds", help="comma-separated seeds, e.g. 0,1,2")
+    ap.add_argument("settings", nargs="*", metavar="KEY=VALUE", help="TiDGAP settings")
+    args = ap.parse_args()
+    problem, mode, ref = args.problem, args.mode, args.ref
+    seeds = [int(x) for x in args.seeds.split(",")]
+    sets = dict(a.split("=", 1) for a in args.settings)  # strings: the planner coerces them
     for seed in seeds:
         r = TiDGAP(threads=1, **sets).plan(get_problem(problem), mode=mode, seed=seed,
                                            budget="evals:2000000")

@@ -118,3 +118,33 @@ def test_convergence_curve_reads_logbooks_and_lists():
 def test_load_leaderboard_missing_file(tmp_path):
     with pytest.raises(UmpipeError, match="umpipe-bench bench"):
         load_leaderboard(tmp_path / "x.csv")
+
+
+@pytest.mark.parametrize("column,value,expected", [
+    ("M_1f1b_edp", "1e400", "a whole number"),
+    ("M_gpipe_edp", "2.5", "a whole number"),
+    ("T_pred", "abc", "a finite number"),
+    ("T_pred", "inf", "a finite number"),
+    ("mode", "abc", "one of stash, recompute"),
+])
+def test_load_leaderboard_refuses_odd_cells(board, tmp_path, column, value, expected):
+    import csv as _csv
+
+    with open(board / "leaderboard.csv", newline="", encoding="utf-8") as fh:
+        rows = list(_csv.reader(fh))
+    col = rows[0].index(column)
+    rows[3][col] = value
+    bad = tmp_path / "odd.csv"
+    with open(bad, "w", newline="", encoding="utf-8") as fh:
+        _csv.writer(fh).writerows(rows)
+    with pytest.raises(UmpipeError, match=f"line 4, column '{column}': expected {expected}"):
+        load_leaderboard(bad)
+    load_leaderboard(board / "leaderboard.csv")  # the file as written loads
+
+
+def test_numpy_floats_are_written_as_plain_numbers():
+    import numpy as np
+
+    from umpipe_bench.bench.leaderboard import _cell_text
+
+    assert _cell_text(np.float64(0.25)) == "0.25" and _cell_text(np.float64("nan")) == ""

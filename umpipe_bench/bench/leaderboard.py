@@ -98,8 +98,8 @@ def row_key(row: Mapping[str, Any]) -> tuple[str, str, int, str, str, str]:
 def _cell_text(v: Any) -> str:
     if v is None:
         return ""
-    if isinstance(v, float):
-        return "" if math.isnan(v) else repr(v)
+    if isinstance(v, float):  # numpy's float64 too, whose repr is "np.float64(...)"
+        return "" if math.isnan(v) else repr(float(v))
     return str(v)
 
 

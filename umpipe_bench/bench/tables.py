@@ -92,6 +92,7 @@ def load_leaderboard(path: str | os.PathLike[str],
     text = {c: str for c in ("error", "model", "memory_cap", "caps", "peak_memory",
                              "memory_cap_bytes", "infeasible")}
     df = pd.read_csv(buf, dtype={**text, "T_measured": float})
+    _check_values(df, path)
     for c in ("error", "model", "caps", "peak_memory", "memory_cap_bytes", "infeasible"):
         df[c] = df[c].fillna("") if c in df else ""
     df["memory_cap"] = df["memory_cap"].fillna("none") if "memory_cap" in df else "none"
@@ -112,6 +113,47 @@ def row_edp_reference(r: pd.Series) -> EdpReference:
         return EdpBaseline(schedule, str(r["mode"]), float(T), int(M))
 
     return EdpReference(base("gpipe"), base("1f1b"))
+
+
+#: Columns that hold numbers (empty where a row has none): times, counts, speedups.
+NUMERIC_COLUMNS = ("S", "B", "seed", "T_pred", "T_start", "evaluations", "wall_time",
+                   "peak_memory_max", "T_gpipe_edp", "M_gpipe_edp", "T_1f1b_edp", "M_1f1b_edp",
+                   "T_best_edp", "T_best_torch", "M_best_torch", "speedup_vs_gpipe",
+                   "speedup_vs_1f1b", "speedup_vs_best_edp", "speedup_vs_best_torch",
+                   "T_measured", "model_error")
+#: Of those, the ones that count things (whole numbers).
+WHOLE_COLUMNS = ("S", "B", "seed", "evaluations", "M_gpipe_edp", "M_1f1b_edp", "M_best_torch")
+
+
+def _check_values(df: pd.DataFrame, path: Path) -> None:
+    """Every numeric cell is empty or a finite number (whole where it counts), every mode a
+    memory mode; otherwise a :class:`LeaderboardError` naming the file, line and column."""
+    import numpy as np
+
+    from ..plan import MODES
+
+    def fail(col: str, i: int, value: object, expected: str) -> None:
+        raise LeaderboardError(f"{str(path)!r} line {i + 2}, column {col!r}: expected "
+                               f"{expected}, got {value!r}")
+
+    for col in NUMERIC_COLUMNS:
+        if col not in df:
+            continue
+        raw = df[col]
+        num = pd.to_numeric(raw, errors="coerce")
+        bad = (raw.notna() & num.isna()) | ~np.isfinite(num.fillna(0.0))
+        if col in WHOLE_COLUMNS:
+            bad |= num.notna() & (num.fillna(0.0) % 1 != 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            fail(col, i, raw.iloc[i], "a whole number" if col in WHOLE_COLUMNS
+                 else "a finite number")
+        df[col] = num
+    if "mode" in df:
+        bad = ~df["mode"].isin(MODES)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            fail("mode", i, df["mode"].iloc[i], f"one of {', '.join(MODES)}")
 
 
 def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
