@@ -37,3 +37,20 @@ def test_other_os_errors_keep_their_traceback(monkeypatch):
     monkeypatch.setattr("umpipe_bench.cli.problems.run", boom)
     with pytest.raises(OSError):
         cli.main(["problems"])
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["bench", "--config", ""], "--config"),  # was read as "no file": the default matrix ran
+    (["plan", "--problem", "sim-s2-b8-s0", "--out", " "], "--out"),
+    (["simulate", "--problem", "sim-s2-b8-s0", "--plan", "gpipe:2", "--gantt", ""], "--gantt"),
+    (["report", "--in", ""], "--in"),
+    (["best-known", "check", "--file", ""], "--file"),
+    (["execute", "--problem", "gpt1-mini-s2", "--plan", "gpipe:2", "--csv", ""], "--csv"),
+])
+def test_an_empty_path_is_refused_by_the_parser(argv, option, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert f"argument {option}: expected a path, got an empty string" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

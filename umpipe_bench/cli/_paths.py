@@ -9,6 +9,7 @@ An output folder (``bench --out``) may be made, its nearest existing folder bein
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,18 @@ from pathlib import Path
 from ..errors import UserInputError
 from ..files import named_output, output_target
 
-__all__ = ["check_output_dir", "check_output_file", "writing"]
+__all__ = ["check_output_dir", "check_output_file", "path_arg", "writing"]
+
+
+def path_arg(text: str) -> str:
+    """An argparse ``type`` for a file or folder option: an empty (or blank) path is refused
+    by the parser, never read as "no path given"."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return text
+
+
+path_arg.__name__ = "path"
 
 
 def _nearest_existing(path: Path) -> Path:

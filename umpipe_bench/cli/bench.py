@@ -7,6 +7,7 @@ import sys
 
 from ..errors import UserInputError
 from ._numbers import MAX_JOBS, whole
+from ._paths import path_arg
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -29,13 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--config", metavar="FILE", help="matrix file (TOML); see umpipe_bench/"
+    src.add_argument("--config", type=path_arg, metavar="FILE",
+                     help="matrix file (TOML); see umpipe_bench/"
                      "bench/default.toml for the format. Seeds are integers in "
                      "0..4294967295; a cell listed twice (a seed, mode or budget given twice, "
                      "or two planner entries with the same settings) is refused, naming it")
     src.add_argument("--full", action="store_true",
                      help="the paper-scale matrix (umpipe_bench/bench/full.toml): hours")
-    p.add_argument("--out", default="results", metavar="DIR",
+    p.add_argument("--out", type=path_arg, default="results", metavar="DIR",
                    help="output folder: leaderboard.csv, plans/, histories/, baselines.json")
     p.add_argument("--limit", type=whole(0), default=None, metavar="N",
                    help="only the first N cells of the matrix (to try a matrix quickly)")

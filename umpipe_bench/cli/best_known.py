@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._paths import path_arg
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -18,9 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("action", choices=("show", "check", "update"))
-    p.add_argument("--from", dest="source", default="results/leaderboard.csv", metavar="CSV",
+    p.add_argument("--from", type=path_arg, dest="source", default="results/leaderboard.csv",
+                   metavar="CSV",
                    help="update: the leaderboard whose plans are candidates")
-    p.add_argument("--file", default=None, metavar="JSON",
+    p.add_argument("--file", type=path_arg, default=None, metavar="JSON",
                    help="the best-known file (default: umpipe_bench/problems/best_known.json)")
     p.set_defaults(func=run)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import UserInputError
 from ._numbers import MAX_JOBS, seconds, whole
+from ._paths import path_arg
 
 __all__ = ["register", "run"]
 
@@ -72,13 +73,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--deadline", type=seconds(open_low=True), default=3600.0,
         help="seconds before the whole run is killed"
     )
-    p.add_argument("--run-dir", default=None, help="working folder (default: a temporary one)")
+    p.add_argument("--run-dir", type=path_arg, default=None,
+                   help="working folder (default: a temporary one)")
     p.add_argument("--echo", action="store_true", help="show the workers' output live")
     p.add_argument("--force-plan", action="store_true",
                    help="use a plan file made for another problem (or another version of "
                    "it), with a warning; without it such a plan is refused")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--csv", metavar="FILE", help="write one row per plan; appended to an "
+    p.add_argument("--csv", type=path_arg, metavar="FILE",
+                   help="write one row per plan; appended to an "
                    "existing file with the same header, refused if its header differs")
     p.set_defaults(func=run)
 

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from ..errors import UserInputError
+from ._paths import path_arg
 
 
 def _parse_sets(items: list[str] | None) -> dict[str, str]:
@@ -55,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="device memory per stage: bytes or a size such as 24GiB, 512MiB, 2GB; "
                    "plans (and EDP baselines) whose peak exceeds it on any stage are refused "
                    "(docs/SCHEDULES.md §4); default: the problem file's capacities, if any")
-    p.add_argument("--out", metavar="FILE", help="write the plan JSON (for simulate/execute)")
+    p.add_argument("--out", type=path_arg, metavar="FILE",
+                   help="write the plan JSON (for simulate/execute)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)

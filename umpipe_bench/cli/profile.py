@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import UserInputError
 from ._numbers import MAX_JOBS, whole
+from ._paths import path_arg
 
 __all__ = ["register", "run"]
 
@@ -51,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--layers-per-stage", metavar="K,K,...", help="explicit grouping, e.g. 4,3,3,4"
     )
     p.add_argument(
-        "--balance-from",
+        "--balance-from", type=path_arg,
         metavar="FILE",
         help="with --stages: take layer times from this one-layer-per-stage profile (same "
         "model, config and B) instead of a probe",
@@ -101,7 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--link-backend", choices=("gloo", "nccl"), default="gloo", help="calibration backend"
     )
     p.add_argument("--name", help="problem name (default: the --out file stem)")
-    p.add_argument("--out", metavar="FILE", help="problem JSON file to write (required with "
+    p.add_argument("--out", type=path_arg, metavar="FILE",
+                   help="problem JSON file to write (required with "
                    "MODEL)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -117,7 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "of the rounds",
     )
     p.add_argument(
-        "--split-backward-into", metavar="FILE",
+        "--split-backward-into", type=path_arg, metavar="FILE",
         help="instead of a new profile: measure the split backward of the profiled problem "
         "FILE (model, config, grouping, B, dtype, seed, threads from its provenance; "
         "--threads, --repeats, --warmup, --device apply when given) and write the tables into "

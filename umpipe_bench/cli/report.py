@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ._paths import path_arg
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -15,9 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "wall time) and the Gantt chart of each problem's best plan above its best GPipe plan.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--in", dest="csv", default="results/leaderboard.csv", metavar="CSV",
+    p.add_argument("--in", type=path_arg, dest="csv", default="results/leaderboard.csv",
+                   metavar="CSV",
                    help="the leaderboard to report on")
-    p.add_argument("--out", default=None, metavar="DIR",
+    p.add_argument("--out", type=path_arg, default=None, metavar="DIR",
                    help="folder for report.md and the PNGs (default: the CSV's folder)")
     p.add_argument("--no-plots", action="store_true", help="only report.md")
     p.set_defaults(func=run)

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ._numbers import seconds, whole
+from ._paths import path_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,8 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--events", action="store_true",
                    help="with --json: include every op and transfer, and each stage's ops in "
                    "execution order ('stage_ops')")
-    p.add_argument("--trace", metavar="FILE", help="write a Chrome trace (Perfetto) JSON")
-    p.add_argument("--gantt", metavar="FILE", help="write a Gantt chart PNG")
+    p.add_argument("--trace", type=path_arg, metavar="FILE",
+                   help="write a Chrome trace (Perfetto) JSON")
+    p.add_argument("--gantt", type=path_arg, metavar="FILE", help="write a Gantt chart PNG")
     p.add_argument("--show-ops", action="store_true", help="print the per-stage op lists")
     p.set_defaults(func=run)
 

@@ -7,6 +7,7 @@ import argparse
 from ..bench.heterogeneity import DEFAULTS
 from ..errors import UserInputError
 from ._numbers import MAX_JOBS, whole
+from ._paths import path_arg
 
 #: Where a study writes unless told: a folder of the working directory that no commit holds,
 #: so a trial run never overwrites the committed map in results/published.
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "10-90 % band), a markdown table, the map (heterogeneity.png) and the Gantt chart of "
         "the largest speedup.",
     )
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+    p.add_argument("--out", type=path_arg, default=DEFAULT_OUT, metavar="DIR",
                    help="output folder; the default is not committed (the published map was "
                    "made with --out results/published)")
     p.add_argument("--stages", type=_ints, default=_csv(DEFAULTS["stages"]), metavar="S,..",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UserInputError
+from ._paths import path_arg
 
 #: The one-line help ``umpipe-bench --help`` lists without importing :mod:`..bench.tune`
 #: (which pulls in the planners, numpy and multiprocessing): see ``cli.build_parser``.
@@ -46,12 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="study name (default: <planner>-<budget>)")
     p.add_argument("--seed", default=0, metavar="SEED",
                    help="TPE sampler seed, an integer in 0..4294967295 (one per machine)")
-    p.add_argument("--save", default=None, metavar="FILE",
+    p.add_argument("--save", type=path_arg, default=None, metavar="FILE",
                    help="tuned settings JSON (default: results/tuned-<planner>.json)")
     p.add_argument("--install", action="store_true",
                    help="also write the settings where the '<planner>-tuned' planner reads "
                    "them (umpipe_bench/data/tuned-<planner>.json)")
-    p.add_argument("--report", default="results/tuning.md", metavar="FILE",
+    p.add_argument("--report", type=path_arg, default="results/tuning.md", metavar="FILE",
                    help="markdown summary: tuned vs default")
     p.add_argument("--no-judge", action="store_true",
                    help="only add trials (a worker of a shared study); judge and save later")
