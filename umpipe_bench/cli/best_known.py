@@ -11,8 +11,9 @@ from ._paths import path_arg
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "best-known",
-        help="show, check or update the best known value of every problem, mode and family",
-        description="The best known iteration time per (problem, mode, schedule family), in "
+        help="show, check or update the best known value of every problem, mode and schedule",
+        description="The best known iteration time per (problem, mode, schedule: gpipe, or capped, "
+        "which includes GPipe and 1F1B plans), in "
         "umpipe_bench/problems/best_known.json with the plan that achieves it. 'update' "
         "re-simulates every plan of a leaderboard and records those that reproduce their value and "
         "beat the entry in place; it refuses (and lists) any it cannot reproduce. 'check' "
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{e.problem:<18} {e.mode:<9} {e.family:<7} {e.value * 1e3:12.4f} ms  "
                   f"{e.planner:<14} {e.date}")
         gaps = bk.missing(args.file)
-        print(f"{len(book.entries)} entries; {len(gaps)} (problem, mode, family) without one")
+        print(f"{len(book.entries)} entries; {len(gaps)} (problem, mode, schedule) without one")
         return 0
     if args.action == "check":
         bad = bk.check(args.file)

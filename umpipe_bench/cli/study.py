@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--modes", type=_words, default=_csv(DEFAULTS["modes"]), metavar="MODE,..",
                    help="memory modes")
     p.add_argument("--families", type=_words, default=_csv(DEFAULTS["families"]),
-                   metavar="F,..", help="families")
+                   metavar="F,..", help="simulation-network families (docs/SIMNETS.md)")
     p.add_argument("--h", dest="hs", type=_floats, default=_csv(DEFAULTS["hs"]), metavar="H,..",
                    help="heterogeneity grid in [0, 1]")
     p.add_argument("--seeds", type=whole(1), default=DEFAULTS["seeds"], metavar="N",
