@@ -1,28 +1,15 @@
-"""scripts/measure_real.py and scripts/op_overheads.py helpers: answers known by construction."""
+"""The measurement helpers behind scripts/measure_real.py, scripts/op_overheads.py and
+scripts/prediction_scatter.py (umpipe_bench/runtime/comparison.py, op_costs.py, scatter.py):
+answers known by construction."""
 
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from umpipe_bench.plan import Plan
 from umpipe_bench.registry import get_problem
+from umpipe_bench.runtime import comparison, op_costs, scatter
 from umpipe_bench.simulator import simulate
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script(name: str) -> ModuleType:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +18,8 @@ def problem():
 
 
 def test_best_capped_is_no_slower_than_gpipe_and_carries_caps(problem) -> None:
-    mr = _script("measure_real")
     plan = Plan.edp(problem.S, problem.B, 4, "stash")
-    capped, t = mr.best_capped(problem, [plan])
+    capped, t = comparison.best_capped(problem, [plan])
     assert capped.caps is not None and len(capped.caps) == problem.S
     # caps = B everywhere is GPipe (docs/SCHEDULES.md), one of the candidates scanned
     assert t <= simulate(problem, plan.with_caps((problem.B,) * problem.S), "capped").iteration_time
@@ -41,12 +27,11 @@ def test_best_capped_is_no_slower_than_gpipe_and_carries_caps(problem) -> None:
 
 
 def test_intervals_pair_planned_against_the_baselines() -> None:
-    mr = _script("measure_real")
     result = {"entries": [
         {"label": "gpipe-edp4-stash", "times": [1.2] * 10},
         {"label": "planned-uedp-stash", "times": [1.0] * 10},
     ]}
-    iv = mr.intervals(result, [("gpipe-edp4-stash", "planned-uedp-stash"), ("x", "y")])
+    iv = comparison.intervals(result, [("gpipe-edp4-stash", "planned-uedp-stash"), ("x", "y")])
     assert list(iv) == ["planned-uedp-stash vs gpipe-edp4-stash"]
     got = iv["planned-uedp-stash vs gpipe-edp4-stash"]
     assert (got["median"], got["low"], got["high"], got["rounds"]) == pytest.approx(
@@ -54,7 +39,6 @@ def test_intervals_pair_planned_against_the_baselines() -> None:
 
 
 def test_op_overheads_ratio_of_measured_to_profiled(problem) -> None:
-    oo = _script("op_overheads")
     plan = Plan.edp(problem.S, problem.B, 2, "stash")
     f, b = problem.fwd(0, 16), problem.bwd(0, 16)
     # stage 0 computed exactly twice the profile; 1 ms of take and send on each op
@@ -65,7 +49,7 @@ def test_op_overheads_ratio_of_measured_to_profiled(problem) -> None:
         ops.append({"kind": kind, "index": j, "a": a, "b": a + 16, "start": t,
                     "end": t + 2 * cost + 0.002, "wait": 0.0, "take": 0.001, "send": 0.001})
         t += 2 * cost + 0.002
-    rows = oo.stage_rows(problem, plan, [[ops, ops]], "p")
+    rows = op_costs.stage_rows(problem, plan, [[ops, ops]], "p")
     assert rows[0]["F_ratio"] == pytest.approx(2.0)
     assert rows[0]["B_ratio"] == pytest.approx(2.0)
     assert rows[0]["take_ms"] == pytest.approx(4.0)
@@ -73,11 +57,10 @@ def test_op_overheads_ratio_of_measured_to_profiled(problem) -> None:
 
 
 def test_scatter_has_at_least_12_plans_over_both_schedules(problem, tmp_path) -> None:
-    ps = _script("prediction_scatter")
     import argparse
 
     args = argparse.Namespace(planner="tidgap", budget="evals:300", seed=0, random=3)
-    plans = ps.candidate_plans(problem, args)
+    plans = scatter.candidate_plans(problem, args)
     assert len(plans) >= 12
     assert {sched for _, _, sched in plans} >= {"gpipe", "1f1b", "capped"}
     assert len({label for label, _, _ in plans}) == len(plans)
@@ -92,24 +75,22 @@ def test_scatter_has_at_least_12_plans_over_both_schedules(problem, tmp_path) ->
                                           "median_abs_error": 0.05, "worst_abs_error": 0.1,
                                           "median_error": 0.05},
             "loadavg": {"before": [1.0], "after": [1.0]}, "command": "x", "date": "d"}
-    ps.plot([data], tmp_path / "s.png")
+    scatter.plot([data], tmp_path / "s.png")
     assert (tmp_path / "s.png").stat().st_size > 1000
-    assert "| gpt1-mini-s2 | 15 | 1.000 |" in ps.markdown([data])
+    assert "| gpt1-mini-s2 | 15 | 1.000 |" in scatter.markdown([data])
 
 
 def test_save_plan_keeps_the_in_flight_caps(tmp_path) -> None:
-    mr = _script("measure_real")
     plan = Plan.edp(2, 8, 4, "stash").with_caps((3, 8))
-    path = mr.save_plan(plan, tmp_path / "capped-x.json", "capped")
+    path = comparison.save_plan(plan, tmp_path / "capped-x.json", "capped")
     back = Plan.load(path)
     assert back.caps == (3, 8) and back.meta["schedule"] == "capped"
 
 
 def test_equal_plans_cover_every_count_under_both_schedules_once(problem) -> None:
-    mr = _script("measure_real")
     best = {"gpipe": Plan.edp(problem.S, problem.B, 4, "stash"),
             "1f1b": Plan.edp(problem.S, problem.B, 2, "recompute")}
-    got = mr.equal_plans(problem, [1, 2, 4, 4], best, {"gpipe-edp4-stash", "1f1b-edp2-recompute"})
+    got = comparison.equal_plans(problem, [1, 2, 4, 4], best, {"gpipe-edp4-stash", "1f1b-edp2-recompute"})
     labels = [lb for lb, _p, _s in got]
     # the best plans keep their own labels; a repeated count adds nothing
     assert labels == ["equal-gpipe-edp1-stash", "equal-1f1b-edp1-recompute",
@@ -121,7 +102,6 @@ def test_equal_plans_cover_every_count_under_both_schedules_once(problem) -> Non
 
 
 def test_equal_plans_refuse_a_count_above_the_mini_batch(problem) -> None:
-    mr = _script("measure_real")
     best = {"gpipe": Plan.edp(problem.S, problem.B, 1, "stash")}
     with pytest.raises(SystemExit, match="--equal: M = 99 is not in 1..B"):
-        mr.equal_plans(problem, [99], best, set())
+        comparison.equal_plans(problem, [99], best, set())
