@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from umpipe_bench.layout import chunk_devices, device_chunks
+from umpipe_bench.runtime import torch_entries, torch_report
 from umpipe_bench.runtime.errors import PlanRefused
 from umpipe_bench.runtime.torch_schedules import TorchMultiSpec, make_entry
 from umpipe_bench.torch_schedules import TORCH_SCHEDULES
@@ -162,45 +163,32 @@ def test_measure_script_processes_die_with_it(tmp_path: Path, sig: int) -> None:
     _kill_and_check(proc, sig, want=3, settle=2.0)
 
 
-def _measure_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "measure_torch_schedules", ROOT / "scripts" / "measure_torch_schedules.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_example_entries_and_profile_commands_fit_their_workloads() -> None:
     from umpipe_bench.cli import build_parser
     from umpipe_bench.runtime.torch_schedules import WORKLOADS
 
-    mts = _measure_script()
     for name, w in WORKLOADS.items():
-        data = mts.example_entries(name)
+        data = torch_entries.example_entries(name)
         entries = [make_entry(e, D=2, B=w["B"], n_layers=w["layers"], index=i)
                    for i, e in enumerate(data["entries"])]
         assert {e.torch_class for e in entries} == CLASSES
-        args = build_parser().parse_args(mts.profile_command(name).split()[1:])
+        args = build_parser().parse_args(torch_entries.profile_command(name).split()[1:])
         assert args.model == w["model"] and args.batch == w["B"]
         assert dict(args.config) == w["config"]
         assert args.layers_per_stage is None and args.stages is None  # one layer per stage
 
 
 def test_summary_of_a_perfect_prediction() -> None:
-    mts = _measure_script()
     times = {"a": [0.3, 0.1, 0.2], "b": [0.4, 0.5, 0.6], "c": [0.9, 0.7, 0.8]}
     result = {"entries": [{"label": k, "torch_class": "ScheduleGPipe", "M": 2,
                            "partition": [4, 4], "v": 1, "times": t, "T_pred": sorted(t)[1]}
                           for k, t in times.items()]}
-    summary = mts.summarize(result)
+    summary = torch_report.summarize(result)
     assert [r["median"] for r in summary["rows"]] == [0.2, 0.5, 0.8]
     assert summary["spearman"] == pytest.approx(1.0)
     assert summary["median_rel_error"] == pytest.approx(0.0)
     result["entries"][0]["T_pred"] = 0.3  # 50 % too high, ranks unchanged
-    summary = mts.summarize(result)
+    summary = torch_report.summarize(result)
     assert summary["rows"][0]["rel_error"] == pytest.approx(0.5)
     assert summary["spearman"] == pytest.approx(1.0)
     assert summary["median_rel_error"] == pytest.approx(0.0)
@@ -208,36 +196,34 @@ def test_summary_of_a_perfect_prediction() -> None:
             "dtype": "float32", "optimizer": "adam", "rounds": 3, "warmup": 1, "host": "h",
             "torch": "t", "date": "d", "load_before": "0", "load_after": "0",
             "peak_rss_mib": [1.0, 2.0]}
-    text = mts.report("python scripts/measure_torch_schedules.py x.json", meta, summary)
+    text = torch_report.report("python scripts/measure_torch_schedules.py x.json", meta, summary)
     assert text.splitlines()[2] == "Command: `python scripts/measure_torch_schedules.py x.json`"
     assert "Spearman rank correlation of predicted vs measured medians over 3 entries: 1.000" \
         in text
 
 
 def test_workload_from_a_profiled_problem() -> None:
-    mts = _measure_script()
-    w = mts.resolve_workload("gpt1-mini-s2")
+    w = torch_entries.resolve_workload("gpt1-mini-s2")
     assert (w["model"], w["B"], w["config"]["blocks"]) == ("gpt1-mini", 32, 12)
-    assert mts.resolve_workload({"model": "tiny-mlp", "B": 8})["name"] == "tiny-mlp-b8"
+    assert torch_entries.resolve_workload({"model": "tiny-mlp", "B": 8})["name"] == "tiny-mlp-b8"
     with pytest.raises(PlanRefused, match="unknown workload"):
-        mts.resolve_workload("no-such-workload")
+        torch_entries.resolve_workload("no-such-workload")
 
 
 def test_calibration_recovers_a_known_overhead_and_combine_reports_it(tmp_path) -> None:
     """A run whose 'measured' medians are the simulator's T with 2 ms per action: the fit finds
     2 ms, and the combined page gives that model rank correlation 1 and zero error."""
-    mts = _measure_script()
     problem = "sim-s8-b16-s1"
     c = 0.002
-    cal = mts.calibration_entries(problem)["entries"]
+    cal = torch_entries.calibration_entries(problem)["entries"]
     assert [e["M"] for e in cal] == [1, 2, 4, 8, 16] and all(e["v"] == 1 for e in cal)
-    picks = mts.predicted_entries(problem, "stash", 0.0)["entries"]
+    picks = torch_entries.predicted_entries(problem, "stash", 0.0)["entries"]
 
     def run(entries, name):
         rows = [{"label": f"{e['schedule']}:M{e['M']}:{'-'.join(map(str, e['partition']))}",
                  "torch_class": e["torch_class"], "M": e["M"], "partition": e["partition"],
                  "v": e["v"], "T_pred": None} for e in entries]
-        for r, T in zip(rows, mts.predict_rows(problem, rows, c)):
+        for r, T in zip(rows, torch_entries.predict_rows(problem, rows, c)):
             r.update(median=T, low=T, high=T, n=1)
         path = tmp_path / name
         path.write_text(__import__("json").dumps({
@@ -246,10 +232,10 @@ def test_calibration_recovers_a_known_overhead_and_combine_reports_it(tmp_path) 
         return path
 
     cal_path = run(cal, "w.calrun.json")
-    assert mts.fit_overhead(problem, str(cal_path)) == pytest.approx(c, abs=1e-6)
+    assert torch_entries.fit_overhead(problem, str(cal_path)) == pytest.approx(c, abs=1e-6)
     run_path = run(picks, "w.run.json")
     report = tmp_path / "page.md"
-    assert mts.combine([str(run_path)], str(report), None, "cmd") == 0
+    assert torch_report.combine([str(run_path)], str(report), None, "cmd") == 0
     line = next(x for x in report.read_text().splitlines() if "| with overhead |" in x)
     cells = [x.strip() for x in line.split("|")]
     assert cells[3] == "2.00 ms" and cells[4].startswith("1.000") and cells[7] == "0.0 %"
@@ -262,7 +248,7 @@ def test_calibration_recovers_a_known_overhead_and_combine_reports_it(tmp_path) 
         r["median"] *= 1.1
     second = tmp_path / "w.run2.json"
     second.write_text(json.dumps(data))
-    assert mts.combine([str(run_path), str(second)], str(report), None, "cmd") == 0
+    assert torch_report.combine([str(run_path), str(second)], str(report), None, "cmd") == 0
     line = next(x for x in report.read_text().splitlines() if "| with overhead |" in x)
     cells = [x.strip() for x in line.split("|")]
     assert cells[4].startswith("1.000") and cells[6] == "1.00, 1.00" and cells[7] == "4.8 %"  # 0.05 / 1.05

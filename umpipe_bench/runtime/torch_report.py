@@ -1,0 +1,214 @@
+"""The summary and pages of measured runs of torch.distributed.pipelining's schedules
+(docs/TORCH-SCHEDULES.md §7): predicted against measured.
+
+:func:`summarize` gives per entry of one run the median over rounds, its percentile-bootstrap
+95 % interval (:mod:`.stats`) and the prediction error, and over the entries Spearman's rank
+correlation; :func:`report` writes that run's page. :func:`combine` makes one page (and a
+scatter) over several runs of several workloads, each prediction made as profiled and with the
+per-action overhead fitted to the workload's calibration run (:mod:`.torch_entries`).
+
+Imports no torch (matplotlib only for the scatter).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..problem import atomic_write_text
+from .stats import bootstrap_median, spearman
+from .torch_entries import D, fit_overhead, predict_rows, predicted_entries
+
+__all__ = ["combine", "report", "summarize"]
+
+
+def summarize(result: dict[str, Any]) -> dict[str, Any]:
+    """Per entry: median, bootstrap 95 % interval, prediction error; over entries: Spearman."""
+    rows = []
+    for e in result["entries"]:
+        iv = bootstrap_median(e["times"])
+        row = {"label": e["label"], "torch_class": e["torch_class"], "M": e["M"],
+               "partition": e["partition"], "v": e["v"], "median": iv.median, "low": iv.low,
+               "high": iv.high, "n": iv.n, "T_pred": e["T_pred"]}
+        if e["T_pred"] is not None:
+            row["rel_error"] = abs(e["T_pred"] - iv.median) / iv.median
+        rows.append(row)
+    pred = [r for r in rows if r["T_pred"] is not None]
+    out: dict[str, Any] = {"rows": rows, "n_predicted": len(pred)}
+    if len(pred) >= 2:
+        out["spearman"] = spearman([r["T_pred"] for r in pred], [r["median"] for r in pred])
+    if pred:
+        out["median_rel_error"] = float(np.median([r["rel_error"] for r in pred]))
+    return out
+
+
+def report(command: str, meta: dict[str, Any], summary: dict[str, Any]) -> str:
+    """The markdown report, the command that regenerates it first."""
+    w = meta["workload"]
+    lines = [
+        "# torch.distributed.pipelining schedules, measured",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Workload `{w['name']}`: model `{w['model']}`, config `{json.dumps(w['config'])}`, "
+        f"B = {w['B']}, D = {D} processes (gloo), {meta['threads']} thread(s) per process, "
+        f"{meta['dtype']}, optimizer {meta['optimizer']}. {meta['rounds']} rounds after "
+        f"{meta['warmup']} warm-up rounds; each round runs every entry once in a rotating order; "
+        "an iteration is timed from a barrier to the end of the slowest rank's step and "
+        "optimizer update. Interval: percentile bootstrap (95 %) of the median over rounds.",
+        "",
+        f"Host {meta['host']}, torch {meta['torch']}, {meta['date']}; load average "
+        f"{meta['load_before']} before, {meta['load_after']} after; peak memory per process "
+        f"{', '.join(f'{x:.0f}' for x in meta['peak_rss_mib'])} MiB.",
+        "",
+        "| entry | torch class | M | partition | measured median (ms) | 95 % interval (ms) "
+        "| T_pred (ms) | \\|pred-meas\\|/meas |",
+        "|---|---|---:|---|---:|---|---:|---:|",
+    ]
+    for r in sorted(summary["rows"], key=lambda r: r["median"]):
+        pred = "-" if r["T_pred"] is None else f"{r['T_pred'] * 1e3:.1f}"
+        err = "-" if r["T_pred"] is None else f"{r['rel_error'] * 100:.1f} %"
+        lines.append(
+            f"| {r['label']} | {r['torch_class']} | {r['M']} | {r['partition']} | "
+            f"{r['median'] * 1e3:.1f} | [{r['low'] * 1e3:.1f}, {r['high'] * 1e3:.1f}] | "
+            f"{pred} | {err} |")
+    lines.append("")
+    n = summary["n_predicted"]
+    if "spearman" in summary:
+        lines.append(f"Spearman rank correlation of predicted vs measured medians over {n} "
+                     f"entries: {summary['spearman']:.3f}.")
+    if "median_rel_error" in summary:
+        lines.append(f"Median relative error |pred - meas| / meas over {n} entries: "
+                     f"{summary['median_rel_error'] * 100:.1f} %.")
+    if n == 0:
+        lines.append("No entry carries a prediction (T_pred).")
+    return "\n".join(lines) + "\n"
+
+
+def _launch_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[list[float]]]:
+    """The entries measured in every launch of one workload, and per entry the launch medians."""
+    labels = [r["label"] for r in runs[0]["summary"]["rows"]]
+    by_label = [{r["label"]: r for r in run["summary"]["rows"]} for run in runs]
+    keep = [lab for lab in labels if all(lab in b for b in by_label)]
+    rows = [by_label[0][lab] for lab in keep]
+    return rows, [[b[lab]["median"] for b in by_label] for lab in keep]
+
+
+def combine(paths: list[str], report_path: str, png: str | None, command: str) -> int:
+    """One page over measured workloads (``X.run*.json`` files written by ``--out``; several
+    launches of one workload are combined).
+
+    An entry's measured time is the median over launches of its per-launch median (launches of
+    the same entries differ by more than the rounds within one; the page shows each launch's
+    rank correlation too). For each workload the simulator predicts every measured entry twice:
+    as profiled, and with the per-action overhead fitted to the workload's calibration run
+    ``X.calrun.json`` beside it (GPipe at every M, :func:`calibration_entries`; no entry of the
+    schedules' runs). Per model: Spearman's rank correlation of predicted and measured times and
+    the median relative error, over every entry and over the entries that model itself picked
+    (each schedule's best, the ``--predict`` entries); then every entry, and a scatter.
+    """
+    import re
+
+    from umpipe_bench.runtime.stats import spearman as rho
+
+    groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for path in paths:
+        run = json.loads(Path(path).read_text(encoding="utf-8"))
+        groups.setdefault(run["workload"]["name"], []).append((path, run))
+    out = []
+    for name, items in groups.items():
+        runs = [run for _, run in items]
+        first = items[0][0]
+        beside = Path(first).parent / f"{name}.json"  # the workload's profile, if kept there
+        problem = str(beside) if beside.exists() else name
+        cal_path = Path(re.sub(r"\.run\d*\.json$", ".calrun.json", str(first)))
+        c = fit_overhead(problem, str(cal_path)) if cal_path.exists() else None
+        rows, per_launch = _launch_rows(runs)
+        meas = [float(np.median(x)) for x in per_launch]
+        models = {"as profiled": 0.0, **({"with overhead": c} if c is not None else {})}
+        preds = {k: predict_rows(problem, rows, v) for k, v in models.items()}
+        picks = {}
+        for k, v in models.items():
+            chosen = predicted_entries(problem, "stash", v)["entries"]
+            keys = {(e["torch_class"], e["M"], tuple(e["partition"])) for e in chosen}
+            picks[k] = [i for i, r in enumerate(rows)
+                        if (r["torch_class"], r["M"], tuple(r["partition"])) in keys]
+        out.append((name, runs, c, rows, per_launch, meas, models, preds, picks))
+    lines = ["# torch's pipeline schedules: predicted against measured", "",
+             f"Regenerate the page: `{command}`. The runs: `python "
+             "scripts/measure_torch_schedules.py ENTRIES --rounds 40 --warmup 5 --out "
+             "X.runN.json` (three launches per workload) on the entries files in "
+             "`results/real/torch-schedules/` (each workload's `*.union.json`: the picks of "
+             "both models below; `*.cal.json`: the calibration run, `--out X.calrun.json`), "
+             "made by `--predict PROBLEM [--op-overhead S]` and `--calibrate PROBLEM`.", "",
+             "Two CPU processes (gloo, one thread each), torch.distributed.pipelining running "
+             "each schedule itself; every entry of a workload in one launch, interleaved "
+             "rounds; an entry's time is the median over launches of its per-launch median. "
+             "Predictions: the device simulator on the workload's one-layer-per-stage profile "
+             "(beside the runs), **as profiled**, and **with overhead**: plus a fixed time per "
+             "action, fitted (least squares on log times) to a separate calibration run of "
+             "GPipe at every M.", "",
+             "| workload | model | overhead per action | Spearman, all entries | Spearman, "
+             "the model's own picks | Spearman per launch (all entries) | median "
+             "\\|pred-meas\\|/meas |", "|---|---|---:|---:|---:|---|---:|"]
+    for name, _runs, _c, rows, per_launch, meas, models, preds, picks in out:
+        for k, v in models.items():
+            p = preds[k]
+            own = picks[k]
+            err = float(np.median([abs(a - b) / b for a, b in zip(p, meas)]))
+            launches = ", ".join(f"{rho(p, [x[i] for x in per_launch]):.2f}"
+                                 for i in range(len(per_launch[0])))
+            lines.append(
+                f"| {name} | {k} | {v * 1e3:.2f} ms | {rho(p, meas):.3f} ({len(rows)}) | "
+                f"{rho([p[i] for i in own], [meas[i] for i in own]):.3f} ({len(own)}) | "
+                f"{launches} | {err * 100:.1f} % |")
+    for name, runs, _c, rows, per_launch, meas, models, preds, picks in out:
+        names = list(models)
+        lines += ["", f"## {name}", ""]
+        for run in runs:
+            lines.append(f"- `{run['command']}` ({run['date']}; load average "
+                         f"{run['load_before']} before, {run['load_after']} after)")
+        lines += ["", "| entry | measured (ms) | per launch (ms) | "
+                  + " | ".join(f"T {k} (ms)" for k in names) + " | picked by |",
+                  "|---|---:|---|" + "---:|" * len(names) + "---|"]
+        for i in sorted(range(len(rows)), key=lambda i: meas[i]):
+            by = ", ".join(k for k in names if i in picks[k]) or "-"
+            lines.append(f"| {rows[i]['label']} | {meas[i] * 1e3:.1f} | "
+                         + ", ".join(f"{x * 1e3:.1f}" for x in per_launch[i]) + " | "
+                         + " | ".join(f"{preds[k][i] * 1e3:.1f}" for k in names) + f" | {by} |")
+    if png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(out), figsize=(5.2 * len(out), 4.8), squeeze=False)
+        for ax, (name, _r, _c, rows, per_launch, meas, models, preds, _p) in zip(axes[0], out):
+            ys = [x * 1e3 for x in meas]
+            err = [[(m - min(x)) * 1e3 for m, x in zip(meas, per_launch)],
+                   [(max(x) - m) * 1e3 for m, x in zip(meas, per_launch)]]
+            allv = list(ys)
+            for k, marker in zip(models, ("o", "s")):
+                xs = [x * 1e3 for x in preds[k]]
+                allv += xs
+                ax.errorbar(xs, ys, yerr=err, fmt=marker, capsize=2, label=k,
+                            mfc="none" if marker == "o" else None)
+            for x, y, r in zip(preds[list(models)[-1]], ys, rows):
+                ax.annotate(r["label"].split(":")[0], (x * 1e3, y), fontsize=6,
+                            textcoords="offset points", xytext=(3, 2))
+            lo, hi = min(allv) * 0.95, max(allv) * 1.05
+            ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+            ax.set_title(f"{name} (bars: range over launches)", fontsize=9)
+            ax.set_xlabel("predicted T (ms)")
+            ax.set_ylabel("measured T (ms)")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(png, dpi=110)
+        lines += ["", f"![predicted vs measured]({Path(png).name})"]
+    atomic_write_text(report_path, "\n".join(lines) + "\n")
+    print(f"wrote {report_path}" + (f" and {png}" if png else ""), file=sys.stderr)
+    return 0
