@@ -321,15 +321,10 @@ def test_profile_without_model_names_what_is_missing(tmp_path, capsys):
 
 
 def test_chunk_derivation_rule_by_construction():
-    """scripts/chunk_derivation.py: balanced counts, and the derived chunk costs (sums; the
-    first chunk's W takes its other layers' I too)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "chunk_derivation.py"
-    spec = importlib.util.spec_from_file_location("chunk_derivation", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    """umpipe_bench/profiler/chunk_derivation.py (scripts/chunk_derivation.py): balanced
+    counts, and the derived chunk costs (sums; the first chunk's W takes its other layers' I
+    too)."""
+    from umpipe_bench.profiler import chunk_derivation as mod
     assert mod.balanced_counts(14, 4) == [4, 4, 3, 3] and mod.balanced_counts(16, 2) == [8, 8]
     one = {k: [[float(10 * s + i + 1)] for s in range(4)] for i, k in enumerate(mod.KINDS)}
     # layer s: fwd 10s+1, bwd 10s+2, rbwd 10s+3, ibwd 10s+4, wbwd 10s+5
