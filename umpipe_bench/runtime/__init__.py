@@ -10,6 +10,11 @@ stage. Modules:
 * ``report``: measured vs predicted rows, CSV; pure.
 * ``torch_schedules``: torch.distributed.pipelining's schedule classes, their chunk layouts and
   rules, the spec of a run of many of them; pure.
+* ``comparison``, ``op_costs``, ``scatter``: measured comparisons of executed plans (the plans
+  ``scripts/measure_real.py`` and ``scripts/prediction_scatter.py`` run, per-op costs against
+  the profile, the prediction scatter); pure.
+* ``torch_entries``, ``torch_report``: the entries of a measured run of torch's schedules and
+  its predicted-against-measured pages (``scripts/measure_torch_schedules.py``); pure.
 * ``worker``, ``executor``, ``comm``, ``rechunk``, ``stages``, ``peer``, ``reference``,
   ``torch_multi`` (every torch schedule, several chunks per rank): torch.
 
