@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def predict(problem: Problem, plan: Plan, schedule: str) -> float:
+    """The simulator's iteration time of ``plan`` under ``schedule`` (docs/MODEL.md §4)."""
     return simulate(problem, plan, schedule).iteration_time
 
 

@@ -25,11 +25,15 @@ FIELDS = ("kind", "index", "a", "b", "start", "end", "wait", "take", "send")
 
 
 def own(op: dict[str, Any]) -> float:
+    """The op's own compute: its time less receive waits, re-chunk takes and sends."""
     return float(op["end"] - op["start"] - op["wait"] - op["take"] - op["send"])
 
 
 def stage_rows(problem: Problem, plan: Plan, stages: list[list[list[dict[str, Any]]]],
                label: str) -> list[dict[str, Any]]:
+    """Per stage of ``label``: medians over iterations (``stages[s]``: per iteration the ops of
+    FIELDS) of the forward and backward own compute, their ratios to the profile's costs of the
+    same ops (near or far backward, docs/MODEL.md §1b), take and send ms, sending ops, ops."""
     rows = []
     for s, iters in enumerate(stages):
         if not iters:
