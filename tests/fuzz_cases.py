@@ -10,8 +10,9 @@ A case passes when the command ends with exit code 0, 1, 2, 130 or 143, prints n
 traceback, does not hang, and changes nothing outside its working folder: the inputs folder,
 the repository tree and the device files keep their content and kind.
 
-``python tests/fuzz_cases.py`` prints how many cases each sub-command gets in the fast slice
-and in the full set; ``python tests/fuzz_cases.py --run [--fast]`` runs them and lists failures.
+``python tests/fuzz_cases.py`` prints how many cases each sub-command gets in the fast slice,
+the CI slice and the full set; ``python tests/fuzz_cases.py --run [--fast]`` runs them all (or
+the fast slice) and lists failures.
 """
 
 from __future__ import annotations
@@ -509,6 +510,21 @@ def fast_slice(cases: list[Case], per_command: int = 3, seed: int = 0) -> list[C
     return out
 
 
+def ci_slice(cases: list[Case], fraction: float = 0.25, least: int = 8,
+             seed: int = 0) -> list[Case]:
+    """A deterministic quarter of every sub-command's cases (at least ``least``): the slow
+    tier's share, a few minutes; ``--run`` (or ``UMPIPE_FUZZ=all`` under pytest) runs all."""
+    rng = random.Random(seed)
+    by: dict[str, list[Case]] = {}
+    for c in cases:
+        by.setdefault(c.command, []).append(c)
+    out: list[Case] = []
+    for cmd in sorted(by):
+        n = min(len(by[cmd]), max(least, round(fraction * len(by[cmd]))))
+        out += rng.sample(by[cmd], n)
+    return out
+
+
 # --- running a case ---------------------------------------------------------------------
 
 _SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".tox",
@@ -618,10 +634,12 @@ def main(argv: list[str]) -> int:
                 counts.setdefault(c.command, [0, 0])[1] += 1
             for c in fast:
                 counts[c.command][0] += 1
-            print(f"{'command':<12} {'fast':>5} {'full':>5}")
-            for cmd, (f, a) in sorted(counts.items()):
-                print(f"{cmd:<12} {f:>5} {a:>5}")
-            print(f"{'all':<12} {len(fast):>5} {len(cases):>5}")
+            for c in ci_slice(cases):
+                counts[c.command].append(1)
+            print(f"{'command':<12} {'fast':>5} {'CI':>5} {'all':>5}")
+            for cmd, (f, a, *ci) in sorted(counts.items()):
+                print(f"{cmd:<12} {f:>5} {len(ci):>5} {a:>5}")
+            print(f"{'total':<12} {len(fast):>5} {len(ci_slice(cases)):>5} {len(cases):>5}")
             return 0
         chosen = fast if "--fast" in argv else cases
         only = [a.split("=", 1)[1] for a in argv if a.startswith("--only=")]
