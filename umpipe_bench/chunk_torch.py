@@ -16,8 +16,9 @@ for the schedules in :data:`REPRODUCED`; caps count microbatches of ``m = B / M`
 For the other three it gives the plan of the family closest to them (the same layout,
 split and partitions; caps that hold what torch's lists hold): ``looped-bfs`` no cap and one
 round (torch runs each chunk's backwards in reverse microbatch order, which no chunk plan
-does), ``zbv`` and ``dualpipev`` caps ``2D`` and ``w_caps`` ``0`` (torch's V schedules are
-hand-placed phases; DualPipeV also mixes full backwards with split ones).
+does), ``zbv`` and ``dualpipev`` caps ``2D``, ``w_caps`` ``0``, one microbatch per round and
+the lags of :func:`v_lags` (torch's V schedules are hand-placed phases; DualPipeV also mixes
+full backwards with split ones).
 
 This module imports no torch.
 """
@@ -43,6 +44,7 @@ __all__ = [
     "simulate_plan",
     "torch_caps",
     "torch_plan",
+    "v_lags",
 ]
 
 #: the schedules whose torch lists :func:`torch_plan`'s plans give exactly (a test: every
@@ -71,6 +73,19 @@ def torch_caps(name: str, D: int, M: int, v: int | None = None
     return [min(2 * D, 2 * M)] * D, [0] * D, 1  # zbv, dualpipev
 
 
+def v_lags(D: int, m: int, fwd: int = 1, bwd: int = 1) -> tuple[list[int], list[int]]:
+    """Lags of the V shape (docs/CHUNK-SCHEDULES.md §5), for microbatches of ``m`` samples: on
+    device ``d`` the second leg's forwards rank ``fwd * (D-1-d)`` microbatches late (their
+    inputs come back through the ``2 (D-1-d)`` chunks below), the first leg's backwards
+    ``bwd * (D-1-d)`` late (their gradients come through the second legs first)."""
+    f = [0] * (2 * D)
+    b = [0] * (2 * D)
+    for d in range(D):
+        f[2 * D - 1 - d] = fwd * (D - 1 - d) * m
+        b[d] = bwd * (D - 1 - d) * m
+    return f, b
+
+
 def torch_plan(name: str, D: int, M: int, layers: Sequence[int], B: int,
                mode: str = "stash") -> ChunkPlan:
     """The equal chunk plan of torch schedule ``name`` (module docstring): ``M`` microbatches
@@ -88,10 +103,8 @@ def torch_plan(name: str, D: int, M: int, layers: Sequence[int], B: int,
     caps, w_caps, group = torch_caps(info.name, D, M, v)
     m = B // M
     lags = None
-    if info.layout == "v":  # the second leg's forwards and the first leg's backwards wait
-        lag = [(D - 1 - d) * m for d in range(D)]
-        lags = (lag + [0] * D, lag + [0] * D)
-        lags = ([0] * D + lag[::-1], lag + [0] * D)
+    if info.layout == "v":
+        lags = v_lags(D, m)
     plan = ChunkPlan.equal(
         D, B, M, info.layout, layers, mode=mode, split=info.split_backward,
         caps=None if caps is None else [k * m for k in caps],
