@@ -77,3 +77,26 @@ def test_reproduced_lists_simulate_to_torch_times():
                               torch_orders(name, D, M, v))
         got = simulate_plan(p, torch_plan(name, D, M, counts, p.B))
         assert got.iteration_time == ref.iteration_time and got.peak_memory == ref.peak_memory
+
+
+@pytest.mark.slow
+def test_comparison_script_never_reports_worse_than_its_start(tmp_path):
+    """scripts/chunk_vs_torch.py --quick: the plan it reports stays within torch's peak memory
+    and, where the closest plan it starts from does too, is at least as fast (the start is
+    among the plans it simulates)."""
+    import csv
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "chunk_vs_torch.py"
+    spec = importlib.util.spec_from_file_location("chunk_vs_torch", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick", "--out", str(tmp_path / "cvt")]) == 0
+    rows = list(csv.DictReader((tmp_path / "cvt.csv").open()))
+    assert {r["schedule"] for r in rows} == {"zbv", "looped-bfs"}
+    for r in rows:
+        assert float(r["best_peak_vs_torch"]) <= 1 + 1e-12
+        if float(r["closest_peak_vs_torch"]) <= 1 + 1e-12:
+            assert float(r["best_T"]) <= float(r["closest_T"])
+    assert "| `zbv` | 1 |" in (tmp_path / "cvt.md").read_text()

@@ -5,12 +5,12 @@ This is the capped rule of docs/SCHEDULES.md §2 extended to several chunks per 
 the split backward. Each device decides what it *wants* next from its own state only:
 
 1. a **forced W**: when the samples it holds between ``I`` and ``W`` exceed ``w_caps[d]`` and
-   some ``W`` has all its ``I`` s ordered, the oldest such ``W``;
+   some ``W`` has all its ``I`` passes ordered, the oldest such ``W``;
 2. else a **forward**: its *first* forward (below) if taking it keeps its in-flight samples
    (forwarded, not yet backwarded, over all its chunks) within ``caps[d]``, or if none of its
    backwards is *possible* yet;
 3. else its first possible **backward** (``B``, or ``I`` under ``split``);
-4. else, all its forwards and backwards ordered, its pending ``W`` s, oldest first.
+4. else, all its forwards and backwards ordered, its pending ``W`` passes, oldest first.
 
 A forward or backward is *possible* when what it needs from the device's own chunks is
 ordered (a forward: the same device's upstream chunk carrying its samples; a backward: its own
@@ -24,7 +24,7 @@ a chunk's place, as the V shape wants).
 
 A wanted operation is *ordered* once its inputs are ordered (a forward: the upstream chunk's
 forward carrying its last sample; a backward: its own forward and the downstream chunk's
-backward carrying its last sample; a W: the I s it covers). When every device is blocked:
+backward carrying its last sample; a W: the I passes it covers). When every device is blocked:
 
 1. the most downstream chunk whose next backward can be ordered takes it (no cap exceeded);
 2. else the most upstream chunk whose next forward can be ordered within its device's cap;
