@@ -96,3 +96,30 @@ def test_simulate_devices_events_are_torch_action_strings(capsys):
     from umpipe_bench.torch_schedules import torch_orders
 
     assert out["device_ops"] == torch_orders("interleaved-1f1b", 2, 4, 2)
+
+
+def test_simulate_devices_runs_a_chunk_plan_file(tmp_path, capsys):
+    from umpipe_bench.chunk_schedule import chunk_order
+    from umpipe_bench.chunkplan import ChunkPlan
+
+    plan = ChunkPlan(D=2, layout="loop", layers=(4, 3, 4, 3), mode="recompute", split=True,
+                     fwd=((4, 4, 8),) * 2 + ((8, 8),) * 2, bwd=((8, 8),) * 4,
+                     wgt=((16,), (8, 8), (16,), (8, 8)), caps=(24, 16), w_caps=(0, 8),
+                     group=8)
+    path = tmp_path / "chunk.json"
+    plan.save(path)
+    argv = ["simulate", "--problem", "gpt1-14", "-D", "2", "--plan", str(path)]
+    assert main([*argv, "--json", "--events"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["device_ops"] == chunk_order(plan).names() and out["plan"] == plan.to_dict()
+    assert out["chunk_device"] == [0, 1, 0, 1] and out["iteration_time"] > 0
+    base = ["simulate", "--problem", "gpt1-14", "--plan", str(path)]
+    for extra, msg in ((["-D", "4"], "is for D = 2 devices"),
+                       (["-D", "2", "--partition", "7,7"], "--partition does not apply")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and msg in err[0], err
+    path.write_text(json.dumps({**plan.to_dict(), "caps": [0, 1]}))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "field 'caps[0]'" in err[0], err

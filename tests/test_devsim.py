@@ -244,3 +244,52 @@ def test_best_choice_stays_exact_when_far_backwards_are_cheaper():
                                     ).iteration_time
                     for M in divisors(q.B) for c in compositions(q.S, 3))
         assert got.T == brute
+
+
+# ----------------------------------------------------------------------------- per-chunk sizes
+def test_equal_parts_are_the_sizes():
+    """Per-chunk partitions that are all the same give the equal-size simulation bit for bit."""
+    p = group_layers(get_problem("gpt1-14"), (4, 3, 4, 3))
+    lists = [["0F0", "0F1", "2F0", "2F1", "2I0", "2W0", "2I1", "2W1", "0I0", "0W0", "0I1",
+              "0W1"], ["1F0", "1F1", "3F0", "3I0", "3W0", "3F1", "3I1", "3W1", "1I0", "1W0",
+                       "1I1", "1W1"]]
+    sizes = edp_sizes(p.B, 2)
+    for mode in ("stash", "recompute"):
+        a = simulate_devices(p, (0, 1, 0, 1), lists, sizes, mode)
+        b = simulate_devices(p, (0, 1, 0, 1), lists, None, mode, parts=[(sizes,) * 3] * 4)
+        assert (a.iteration_time, a.ops, a.peak_memory) == (b.iteration_time, b.ops,
+                                                             b.peak_memory)
+
+
+def test_unequal_parts_wait_for_the_samples_they_need():
+    # costs do not depend on the size: F 1, B 2, I 1, W 1 per action; free links
+    p = _uniform(2, 4, f=1.0, b=2.0, i=1.0, w=1.0)
+    parts = [((3, 1), (3, 1), (3, 1)), ((1, 3), (1, 3), (4,))]
+    lists = [["0F0", "0F1", "0I0", "0W0", "0I1", "0W1"], ["1F0", "1F1", "1I0", "1I1", "1W0"]]
+    tl = simulate_devices(p, (0, 1), lists, None, parts=parts)
+    got = {a: (t0, t1) for row in tl.ops for a, t0, t1 in row}
+    # 1F0 (samples 0) needs 0F0 (0..2); 1F1 (1..3) needs 0F1 too
+    assert got["1F0"] == (1.0, 2.0) and got["1F1"] == (2.0, 3.0)
+    # 0I0 (0..2) waits for the gradients of 1I0 and 1I1 (0 and 1..3): 1I1 ends at 5
+    assert got["1I0"] == (3.0, 4.0) and got["1I1"] == (4.0, 5.0) and got["0I0"] == (5.0, 6.0)
+    # the one W of chunk 1 covers both its I's
+    assert got["1W0"] == (5.0, 6.0)
+    with pytest.raises(DevSimError, match="expected either one 1B0 or one 1I0 and one 1W0"):
+        simulate_devices(p, (0, 1), [lists[0], lists[1][:-1]], None, parts=parts)
+    with pytest.raises(DevSimError, match="chunk 1 wgt sizes"):
+        simulate_devices(p, (0, 1), lists, None, parts=[parts[0], ((1, 3), (1, 3), (3,))])
+    with pytest.raises(DevSimError, match="not both"):
+        simulate_devices(p, (0, 1), lists, (4,), parts=parts)
+
+
+def test_unequal_parts_memory_counts_each_action_at_its_size():
+    mem = StageMemory(param_bytes=0.0, saved_act_bytes_per_sample=10.0,
+                      input_bytes_per_sample=1.0, w_held_bytes_per_sample=4.0)
+    p = _uniform(1, 4, f=1.0, b=2.0, i=1.0, w=1.0, mem=mem)
+    parts = [((1, 3), (1, 3), (4,))]
+    lists = [["0F0", "0F1", "0I0", "0I1", "0W0"]]
+    # stash: 40 after both forwards; I frees 6 per sample, W the held 4 per sample
+    assert simulate_devices(p, (0,), lists, None, "stash", parts=parts).peak_memory == [40.0]
+    # recompute: inputs 1 + 3; 0I1 runs with its 30 bytes beside 0I0's held 4 and 0I1's input
+    assert simulate_devices(p, (0,), lists, None, "recompute",
+                            parts=parts).peak_memory == [4.0 + 3.0 + 30.0]

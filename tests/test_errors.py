@@ -47,6 +47,7 @@ OLD_NAMES = {
     ("umpipe_bench.layout", "LayoutError"): InputError,
     ("umpipe_bench.simulator", "SimulationError"): InputError,
     ("umpipe_bench.devsim", "DevSimError"): InputError,
+    ("umpipe_bench.chunkplan", "ChunkPlanError"): InputError,
     ("umpipe_bench.torch_schedules.orders", "ScheduleShapeError"): InputError,
     ("umpipe_bench.torch_schedules.orders", "ScheduleNameError"): UnknownNameError,
     ("umpipe_bench.planners.search.errors", "PlannerError"): InputError,

@@ -14,7 +14,8 @@ PURE = [
     "umpipe_bench.cli", "umpipe_bench.layout", "umpipe_bench.devsim",
     "umpipe_bench.torch_schedules", "umpipe_bench.torch_schedules.best", "umpipe_bench.problems",
     "umpipe_bench.baselines.edp", "umpipe_bench.baselines.greedy", "umpipe_bench.baselines.exact",
-    "umpipe_bench.baselines.random_search",
+    "umpipe_bench.baselines.random_search", "umpipe_bench.chunkplan",
+    "umpipe_bench.chunk_schedule", "umpipe_bench.chunk_torch",
 ]
 
 

@@ -4,13 +4,18 @@ Where :mod:`umpipe_bench.simulator` runs one chunk per stage, this one runs the 
 ships, where a device may hold several chunks (interleaved, looped, V shape) and a backward may
 be split into an input-gradient pass ``I`` and a weight-gradient pass ``W``. Its input is what
 torch executes: one list per device of actions written ``{chunk}{kind}{microbatch}``
-(``"0F1"``, ``"3I2"``, ``"3W2"``, ``"1B0"``), every microbatch of the same size across chunks
-(torch cuts the batch once). Kinds and their dependencies:
+(``"0F1"``, ``"3I2"``, ``"3W2"``, ``"1B0"``). With ``sizes``, every microbatch has the same size
+across chunks (torch cuts the batch once). With ``parts``, every chunk has its own forward,
+backward and weight-gradient partitions of the samples (a chunk plan, docs/CHUNK-SCHEDULES.md),
+and an action's index counts within its chunk's partition of its kind. Kinds and their
+dependencies, for an action over samples ``[a, b)``:
 
-* ``F(c, j)``: chunk ``c-1``'s ``F(c-1, j)`` output has arrived (chunk 0: nothing);
-* ``B(c, j)`` / ``I(c, j)``: the chunk's own ``F(c, j)`` has run, and the gradient from chunk
-  ``c+1``'s ``B`` or ``I`` of ``j`` has arrived (the last chunk: nothing more);
-* ``W(c, j)``: the chunk's own ``I(c, j)`` has run.
+* ``F(c, j)``: the outputs of chunk ``c-1``'s forwards of those samples have arrived (chunk 0:
+  nothing); with equal sizes, ``F(c-1, j)``'s;
+* ``B(c, j)`` / ``I(c, j)``: the chunk's own forwards of those samples have run, and the
+  gradients from chunk ``c+1``'s ``B`` or ``I`` of those samples have arrived (the last chunk:
+  nothing more);
+* ``W(c, r)``: the chunk's own ``I`` of those samples have run (with equal sizes, ``I(c, r)``).
 
 Each operation starts at ``max(its device's previous operation end, its dependencies)``.
 An output crossing devices is a transfer on the directed link between the two devices: one
@@ -21,8 +26,9 @@ each of its chunks; ``T`` is the latest device end.
 
 Costs per chunk and size come from the chunk problem (:func:`umpipe_bench.layout.group_layers`):
 ``F`` ``fwd``; ``B`` the mode's backward (``bwd``, far factor as in docs/MODEL.md §1b when
-the device's previous operation is not the forward of the same chunk and microbatch; ``rbwd``
-in recompute mode); ``I`` ``ibwd`` (stash) or ``ribwd`` (recompute); ``W`` ``wbwd``.
+the device's previous operation is not the forward of the same chunk and samples; ``rbwd``
+in recompute mode); ``I`` ``ibwd`` (stash) or ``ribwd`` (recompute); ``W`` ``wbwd``; each at
+the action's own size.
 
 Memory per device (docs/MODEL.md §1c): static bytes of its chunks plus what its microbatches
 hold. Stash: ``F`` adds the chunk's saved activations, ``B`` frees them, ``I`` frees all but
@@ -36,6 +42,7 @@ This module imports no torch.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +53,7 @@ from .problem import Problem
 
 __all__ = [
     "Action",
+    "ChunkParts",
     "DevSimError",
     "DeviceTimeline",
     "edp_sizes",
@@ -58,6 +66,12 @@ _ACTION_RE = re.compile(r"^(\d+)([FBIW])(\d+)$")
 
 #: action lists that cannot run on the problem (bad action, missing costs, deadlock)
 DevSimError = InputError
+
+#: per chunk, its forward, backward (``B`` or ``I``) and weight-gradient (``W``) microbatch
+#: sizes, each summing to ``B``
+ChunkParts = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+_PART = {"F": 0, "B": 1, "I": 1, "W": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +144,22 @@ class DeviceTimeline:
         return out
 
 
-def _check_lists(lists: list[list[Action]], C: int, M: int,
+def _ranges(sizes: Sequence[int]) -> list[tuple[int, int]]:
+    out, a = [], 0
+    for m in sizes:
+        out.append((a, a + m))
+        a += m
+    return out
+
+
+def _covering(ranges: list[tuple[int, int]], a: int, b: int) -> range:
+    """Indices of the ``ranges`` (a partition of the samples, in order) that overlap
+    ``[a, b)``."""
+    ends = [r[1] for r in ranges]
+    return range(bisect_right(ends, a), bisect_left(ends, b) + 1)
+
+
+def _check_lists(lists: list[list[Action]], C: int, parts: Sequence[ChunkParts],
                  chunk_device: Sequence[int]) -> None:
     seen: dict[tuple[int, str, int], int] = {}
     for d, row in enumerate(lists):
@@ -138,9 +167,10 @@ def _check_lists(lists: list[list[Action]], C: int, M: int,
             if not 0 <= a.chunk < C:
                 raise DevSimError(f"device {d}: action {a} names chunk {a.chunk}; the problem "
                                   f"has chunks 0..{C - 1}")
-            if not 0 <= a.mb < M:
+            n = len(parts[a.chunk][_PART[a.kind]])
+            if not 0 <= a.mb < n:
                 raise DevSimError(f"device {d}: action {a} names microbatch {a.mb}; expected "
-                                  f"0..{M - 1}")
+                                  f"0..{n - 1}")
             if chunk_device[a.chunk] != d:
                 raise DevSimError(f"device {d}: action {a} runs chunk {a.chunk}, which the "
                                   f"layout puts on device {chunk_device[a.chunk]}")
@@ -149,46 +179,86 @@ def _check_lists(lists: list[list[Action]], C: int, M: int,
                 raise DevSimError(f"device {d}: action {a} appears twice")
             seen[key] = d
     for c in range(C):
-        for j in range(M):
-            has_b = (c, "B", j) in seen
-            has_iw = (c, "I", j) in seen, (c, "W", j) in seen
+        fw, bw, wg = (_ranges(x) for x in parts[c])
+        for j in range(len(fw)):
             if (c, "F", j) not in seen:
                 raise DevSimError(f"no action {c}F{j}: every chunk runs every microbatch")
-            if has_b == any(has_iw) or (any(has_iw) and not all(has_iw)):
+        split = [(c, "I", j) in seen for j in range(len(bw))]
+        for j, (lo, hi) in enumerate(bw):
+            # the weight-gradient passes covering this microbatch's samples
+            ws = list(_covering(wg, lo, hi))
+            has_b, has_i = (c, "B", j) in seen, split[j]
+            has_w = [(c, "W", r) in seen for r in ws]
+            if has_b == has_i or (has_i and not all(has_w)) or (has_b and any(has_w)):
+                w = f"one {c}W{ws[0]}" if len(ws) == 1 else "the W actions covering it"
                 raise DevSimError(f"chunk {c} microbatch {j}: expected either one {c}B{j} or "
-                                  f"one {c}I{j} and one {c}W{j}")
+                                  f"one {c}I{j} and {w}")
+        for r, (lo, hi) in enumerate(wg):
+            if (c, "W", r) in seen and not all(split[j] for j in _covering(bw, lo, hi)):
+                raise DevSimError(f"chunk {c}: {c}W{r} covers samples {lo}..{hi - 1}, whose "
+                                  f"backwards must all be I actions")
+
+
+def _chunk_parts(problem: Problem, C: int, sizes: Sequence[int] | None,
+                 parts: Sequence[ChunkParts] | None) -> list[ChunkParts]:
+    """The partitions of every chunk: ``parts`` as given, or ``sizes`` for every kind."""
+    B = problem.B
+    if parts is not None and sizes is not None:
+        raise DevSimError("give either the microbatch sizes or per-chunk partitions (parts), "
+                          "not both")
+    if parts is None:
+        if sizes is None:
+            raise DevSimError("give the microbatch sizes or per-chunk partitions (parts)")
+        sizes = tuple(int(m) for m in sizes)
+        if not sizes or sum(sizes) != B or min(sizes) < 1:
+            raise DevSimError(f"microbatch sizes {list(sizes)} must be positive and sum to "
+                              f"B = {B}")
+        return [(sizes, sizes, sizes)] * C
+    if len(parts) != C:
+        raise DevSimError(f"{len(parts)} chunk partitions for a problem of {C} chunks")
+    out = []
+    for c, triple in enumerate(parts):
+        row = tuple(tuple(int(m) for m in x) for x in triple)
+        for kind, x in zip(("fwd", "bwd", "wgt"), row):
+            if not x or sum(x) != B or min(x) < 1:
+                raise DevSimError(f"chunk {c} {kind} sizes {list(x)} must be positive and sum "
+                                  f"to B = {B}")
+        out.append(row)  # type: ignore[arg-type]
+    return out  # type: ignore[return-value]
 
 
 def simulate_devices(
     problem: Problem,
     chunk_device: Sequence[int],
     lists: Sequence[Sequence[str | Action]],
-    sizes: Sequence[int],
+    sizes: Sequence[int] | None,
     mode: str = "stash",
     op_overhead: float = 0.0,
+    *,
+    parts: Sequence[ChunkParts] | None = None,
 ) -> DeviceTimeline:
     """Simulate one iteration of per-device action ``lists`` (module docstring).
 
     ``problem``: the chunk problem (stage ``c`` = chunk ``c``); ``chunk_device[c]``: the
-    device of chunk ``c``; ``sizes[j]``: the size of microbatch ``j`` (summing to ``B``);
-    ``op_overhead``: seconds a runtime adds to every action beyond the profiled compute (torch's
-    stage bookkeeping and point-to-point calls; docs/TORCH-SCHEDULES.md §7), 0 by default.
+    device of chunk ``c``; ``sizes[j]``: the size of microbatch ``j`` (summing to ``B``), the
+    same in every chunk, or ``parts[c]`` (then ``sizes`` is None): chunk ``c``'s forward,
+    backward and weight-gradient sizes (:data:`ChunkParts`); ``op_overhead``: seconds a
+    runtime adds to every action beyond the profiled compute (torch's stage bookkeeping and
+    point-to-point calls; docs/TORCH-SCHEDULES.md §7), 0 by default.
     """
     if not op_overhead >= 0 or op_overhead == float("inf"):
         raise DevSimError(f"op_overhead must be a finite number of seconds >= 0, got "
                           f"{op_overhead!r}")
     if mode not in ("stash", "recompute"):
         raise DevSimError(f"mode must be 'stash' or 'recompute', got {mode!r}")
-    C, D, M = problem.S, len(lists), len(sizes)
+    C, D = problem.S, len(lists)
     if len(chunk_device) != C:
         raise DevSimError(f"{len(chunk_device)} chunk devices for a problem of {C} chunks")
-    if sum(sizes) != problem.B or min(sizes) < 1:
-        raise DevSimError(f"microbatch sizes {list(sizes)} must be positive and sum to "
-                          f"B = {problem.B}")
+    cparts = _chunk_parts(problem, C, sizes, parts)
     if max(chunk_device) >= D or min(chunk_device) < 0:
         raise DevSimError(f"chunk devices {list(chunk_device)} must lie in 0..{D - 1}")
     acts = [[a if isinstance(a, Action) else parse_action(a) for a in row] for row in lists]
-    _check_lists(acts, C, M, chunk_device)
+    _check_lists(acts, C, cparts, chunk_device)
     tb = problem.tables()
     split = any(a.kind in "IW" for row in acts for a in row)
     if split and not problem.has_split_backward:
@@ -200,6 +270,27 @@ def simulate_devices(
     inp = tb.input_backward(mode) if split else None
     wgt = tb.wbwd
     far_factor = [problem.far_factor(c) for c in range(C)]
+    # per chunk and kind (0 F, 1 B/I, 2 W): the sample range of every microbatch
+    rng = [[_ranges(x) for x in cp] for cp in cparts]
+    same = all(x == cparts[0][0] for cp in cparts for x in cp)
+
+    def covering(c: int, k: int, lo: int, hi: int) -> range:
+        return _covering(rng[c][k], lo, hi)
+
+    # what each (chunk, kind, index) waits for: upstream forwards, own forwards, downstream
+    # gradients, own input-gradient passes (indices into the chunks' partitions); with every
+    # partition the same, microbatch j waits for microbatches j (ready_same)
+    f_src: list[list[range]] = []
+    g_own: list[list[range]] = []
+    g_src: list[list[range]] = []
+    w_own: list[list[range]] = []
+    if not same:
+        f_src = [[covering(c - 1, 0, lo, hi) if c else range(0) for lo, hi in rng[c][0]]
+                 for c in range(C)]
+        g_own = [[covering(c, 0, lo, hi) for lo, hi in rng[c][1]] for c in range(C)]
+        g_src = [[covering(c + 1, 1, lo, hi) if c < C - 1 else range(0)
+                  for lo, hi in rng[c][1]] for c in range(C)]
+        w_own = [[covering(c, 1, lo, hi) for lo, hi in rng[c][2]] for c in range(C)]
 
     f_end: dict[tuple[int, int], float] = {}
     g_end: dict[tuple[int, int], float] = {}  # end of B or I of (chunk, mb)
@@ -213,7 +304,16 @@ def simulate_devices(
     transfers: list[tuple[int, int, str, float, float]] = []
     remaining = sum(len(r) for r in acts)
 
-    def ready(a: Action) -> float | None:
+    def latest(table: dict[tuple[int, int], float], c: int, idx: range) -> float | None:
+        t = None
+        for k in idx:
+            x = table.get((c, k))
+            if x is None:
+                return None
+            t = x if t is None else max(t, x)
+        return t
+
+    def ready_same(a: Action) -> float | None:
         c, j = a.chunk, a.mb
         if a.kind == "F":
             return 0.0 if c == 0 else x_arr.get((c - 1, j))
@@ -223,6 +323,18 @@ def simulate_devices(
         if own is None or c == C - 1:
             return own
         y = y_arr.get((c + 1, j))
+        return None if y is None else max(own, y)
+
+    def ready(a: Action) -> float | None:
+        c, j = a.chunk, a.mb
+        if a.kind == "F":
+            return 0.0 if c == 0 else latest(x_arr, c - 1, f_src[c][j])
+        if a.kind == "W":
+            return latest(g_end, c, w_own[c][j])
+        own = latest(f_end, c, g_own[c][j])
+        if own is None or c == C - 1:
+            return own
+        y = latest(y_arr, c + 1, g_src[c][j])
         return None if y is None else max(own, y)
 
     def send(src_chunk: int, dst_chunk: int, t: float, cost: float, label: str) -> float:
@@ -241,10 +353,11 @@ def simulate_devices(
             row = acts[d]
             while pos[d] < len(row):
                 a = row[pos[d]]
-                r = ready(a)
+                r = ready_same(a) if same else ready(a)
                 if r is None:
                     break
-                c, j, m = a.chunk, a.mb, sizes[a.mb]
+                c, j = a.chunk, a.mb
+                m = cparts[c][_PART[a.kind]][j]
                 if a.kind == "F":
                     cost = fwd[c, m]
                 elif a.kind == "W":
@@ -252,7 +365,7 @@ def simulate_devices(
                 else:
                     prev = row[pos[d] - 1] if pos[d] else None
                     near = prev is not None and prev.kind == "F" and prev.chunk == c \
-                        and prev.mb == j
+                        and rng[c][0][prev.mb] == rng[c][1][j]
                     if a.kind == "B":
                         cost = bwd_near[c, m] if near else bwd_far[c, m]
                     else:
@@ -290,15 +403,18 @@ def simulate_devices(
         device_end.append(t0 + opt)
     return DeviceTimeline(
         iteration_time=max(device_end), ops=placed, transfers=transfers, busy=busy,
-        device_end=device_end, peak_memory=device_peaks(problem, chunk_device, acts, sizes, mode),
+        device_end=device_end,
+        peak_memory=device_peaks(problem, chunk_device, acts, None, mode, parts=cparts),
         chunk_device=tuple(chunk_device),
     )
 
 
 def device_peaks(problem: Problem, chunk_device: Sequence[int], lists: Sequence[Sequence[Action]],
-                 sizes: Sequence[int], mode: str) -> list[float] | None:
+                 sizes: Sequence[int] | None, mode: str, *,
+                 parts: Sequence[ChunkParts] | None = None) -> list[float] | None:
     """Peak bytes per device walking its action list (module docstring); None when a chunk
-    lacks memory figures."""
+    lacks memory figures. ``sizes`` or ``parts`` as in :func:`simulate_devices`."""
+    cparts = _chunk_parts(problem, problem.S, sizes, parts)
     mems = [st.memory for st in problem.stages]
     if any(m is None for m in mems):
         return None
@@ -312,7 +428,7 @@ def device_peaks(problem: Problem, chunk_device: Sequence[int], lists: Sequence[
                      if chunk_device[c] == d)
         live = peak = 0.0
         for a in row:
-            c, m = a.chunk, sizes[a.mb]
+            c, m = a.chunk, cparts[a.chunk][_PART[a.kind]][a.mb]
             if mode == "stash":
                 if a.kind == "F":
                     live += saved[c] * m

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ._numbers import seconds, whole
 from ._paths import path_arg
@@ -19,12 +20,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "in-flight caps runs the 'capped' schedule, docs/SCHEDULES.md). With --devices D the "
         "problem's stages are layers, SPEC is 'SCHEDULE:M' for any schedule torch ships "
         "(gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb1p, zbv, dualpipev), and the lists torch "
-        "executes run on D devices (docs/TORCH-SCHEDULES.md).",
+        "executes run on D devices (docs/TORCH-SCHEDULES.md), or a chunk plan file "
+        "(umpipe-chunk-plan/1: unequal microbatches per chunk, caps per device) whose lists "
+        "the chunk rule makes (docs/CHUNK-SCHEDULES.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--problem", required=True, help="problem name (see 'problems') or file")
     p.add_argument("--plan", required=True, metavar="SPEC",
-                   help="gpipe:M, 1f1b:M or plan file; with --devices: SCHEDULE:M")
+                   help="gpipe:M, 1f1b:M or plan file; with --devices: SCHEDULE:M or a chunk "
+                   "plan file")
     p.add_argument("--devices", "-D", type=whole(1), metavar="D",
                    help="run a torch schedule on D devices, the problem's stages being layers "
                    "cut into chunks (see --partition); default: one stage per device, our plans")
@@ -135,9 +139,11 @@ def run_devices(args: argparse.Namespace) -> int:
         if getattr(args, flag):
             raise UmpipeError(f"--{flag} is not available with --devices; use --json --events")
     name, sep, m_text = args.plan.partition(":")
+    if not (sep and m_text.strip().isdigit()) and Path(args.plan).is_file():
+        return run_chunk_plan(args)
     if not sep or not m_text.strip().isdigit():
         raise UmpipeError(f"--plan {args.plan!r}: with --devices expected SCHEDULE:M, e.g. "
-                          "zbv:8")
+                          "zbv:8, or a chunk plan file")
     info = schedule_info(name)
     M, D = int(m_text), args.devices
     problem = get_problem(args.problem)
@@ -185,5 +191,60 @@ def run_devices(args: argparse.Namespace) -> int:
               f"{[d for d in range(D) if tl.peak_memory[d] > cap]}")  # type: ignore[index]
     if args.show_ops:
         for d, row in enumerate(lists):
+            print(f"device {d}: " + " ".join(row))
+    return 0
+
+
+def run_chunk_plan(args: argparse.Namespace) -> int:
+    """``simulate --devices D --plan FILE``: a chunk plan (docs/CHUNK-SCHEDULES.md) on D
+    devices, its lists made by the chunk rule."""
+    from ..chunk_schedule import chunk_order
+    from ..chunk_torch import simulate_plan
+    from ..chunkplan import ChunkPlan
+    from ..errors import UmpipeError
+    from ..memory import format_bytes, parse_size
+    from ._lookup import problem as get_problem
+
+    for flag in ("chunks", "partition"):
+        if getattr(args, flag) is not None:
+            raise UmpipeError(f"--{flag} does not apply to a chunk plan file, which gives its "
+                              "layout and layers")
+    plan = ChunkPlan.load(args.plan)
+    if plan.D != args.devices:
+        raise UmpipeError(f"--devices {args.devices}: chunk plan file {args.plan!r} is for "
+                          f"D = {plan.D} devices")
+    if args.mode is not None and args.mode != plan.mode:
+        plan = plan.replace(mode=args.mode)
+    problem = get_problem(args.problem)
+    tl = simulate_plan(problem, plan, args.op_overhead)
+    sched = chunk_order(plan)
+    cap = parse_size(args.memory_cap) if args.memory_cap is not None else None
+    fits = None if cap is None or tl.peak_memory is None else max(tl.peak_memory) <= cap
+    if args.json:
+        out = tl.to_dict(with_events=args.events)
+        out.update(problem=problem.name, D=plan.D, mode=plan.mode, plan=plan.to_dict(),
+                   fallbacks=[{"position": i, "device": d, "kind": k}
+                              for i, d, k in sched.fallbacks],
+                   memory_cap=cap, fits_memory=fits, spec=args.plan)
+        print(json.dumps(out))
+        return 0
+    print(f"problem {problem.name} ({problem.S} layers, B={problem.B}), chunk plan {args.plan} "
+          f"[{plan.describe()}] on D={plan.D} devices, mode {plan.mode}, partition "
+          f"{'-'.join(map(str, plan.layers))}")
+    print(f"iteration time T = {tl.iteration_time * 1e3:.4f} ms"
+          + (f" ({len(sched.fallbacks)} fallbacks, {sched.past_cap} past a cap)"
+             if sched.fallbacks else ""))
+    print(f"{'device':>6}  {'chunks':>8}  {'busy':>6}  {'bubble':>6}  {'end (ms)':>10}  "
+          "peak memory")
+    for d in range(plan.D):
+        mem = "-" if tl.peak_memory is None else format_bytes(tl.peak_memory[d])
+        held = ",".join(map(str, plan.device_chunks[d]))
+        print(f"{d:>6}  {held:>8}  {tl.busy[d] / tl.iteration_time:>6.1%}  "
+              f"{tl.bubble[d]:>6.1%}  {tl.device_end[d] * 1e3:>10.3f}  {mem}")
+    if fits is False:
+        print(f"warning: peak memory exceeds the memory cap {format_bytes(cap)} on device(s) "
+              f"{[d for d in range(plan.D) if tl.peak_memory[d] > cap]}")  # type: ignore[index]
+    if args.show_ops:
+        for d, row in enumerate(sched.names()):
             print(f"device {d}: " + " ".join(row))
     return 0
