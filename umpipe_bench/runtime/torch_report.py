@@ -140,11 +140,13 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
         out.append((name, runs, c, rows, per_launch, meas, models, preds, picks))
     lines = ["# torch's pipeline schedules: predicted against measured", "",
              f"Regenerate the page: `{command}`. The runs: `python "
-             "scripts/measure_torch_schedules.py ENTRIES --rounds 40 --warmup 5 --out "
-             "X.runN.json` (three launches per workload) on the entries files in "
-             "`results/real/torch-schedules/` (each workload's `*.union.json`: the picks of "
-             "both models below; `*.cal.json`: the calibration run, `--out X.calrun.json`), "
-             "made by `--predict PROBLEM [--op-overhead S]` and `--calibrate PROBLEM`.", "",
+             "scripts/measure_torch_schedules.py ENTRIES --rounds R --warmup W --out "
+             "X.runN.json`, three launches per workload (each workload's section lists its "
+             "launches' commands), on the entries files in `results/real/torch-schedules/` "
+             "made by `--predict PROBLEM [--op-overhead S]` (`*.pred.json`: the picks as "
+             "profiled; `*.union.json`: the picks of both models below, merged) and, for the "
+             "workloads with a **with overhead** row, `--calibrate PROBLEM` (`*.cal.json`, "
+             "run as `--out X.calrun.json`).", "",
              "Two CPU processes (gloo, one thread each), torch.distributed.pipelining running "
              "each schedule itself; every entry of a workload in one launch, interleaved "
              "rounds; an entry's time is the median over launches of its per-launch median. "

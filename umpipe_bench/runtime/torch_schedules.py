@@ -56,6 +56,21 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "B": 16,
         "layers": 16,
     },
+    # four times the compute per sample (sequence 64, 64-pixel images): a torch action's fixed
+    # cost (its Python, its messages) is then a smaller share of its time
+    "gpt1-mini-b16-seq64": {
+        "model": "gpt1-mini",
+        "config": {"seq": 64, "vocab": 4096, "d_model": 256, "heads": 4, "mlp": 1024,
+                   "blocks": 12},
+        "B": 16,
+        "layers": 14,
+    },
+    "vgg16-mini-b16-px64": {
+        "model": "vgg16-mini",
+        "config": {"image": 64, "width": 40, "fc": 512, "classes": 10},
+        "B": 16,
+        "layers": 16,
+    },
 }
 
 
