@@ -78,6 +78,8 @@ def chunk_pass(fb, bb, wm, caps, wcaps, group, flag, blag, dev, dchunks, split, 
     fend = np.zeros((C, B), np.int64)
     gend = np.zeros((C, B), np.int64)
     wend = np.zeros((C, B), np.int64)
+    fkey = np.zeros((C, B), np.int64)
+    gkey = np.zeros((C, B), np.int64)
     fidx = np.zeros((C, B), np.int64)
     gidx = np.zeros((C, B), np.int64)
     widx = np.zeros((C, B), np.int64)
@@ -129,6 +131,16 @@ def chunk_pass(fb, bb, wm, caps, wcaps, group, flag, blag, dev, dchunks, split, 
             xm = max(xm, flag[n, c], blag[n, c])
         xm += B + 1  # keys (round, k, x) as one integer: x < xm, k < V
         G = group[n]
+        if V > 1:  # the rule's keys of every microbatch: (x // G, k, x), (y // G, -k, y)
+            for d in range(D):
+                for k in range(V):
+                    e = dchunks[d, k]
+                    for j in range(nF[e]):
+                        xs = (fend[e, j - 1] if j > 0 else 0) + flag[n, e]
+                        fkey[e, j] = ((xs // G) * V + k) * xm + xs
+                    for i in range(nG[e]):
+                        ys = (gend[e, i - 1] if i > 0 else 0) + blag[n, e]
+                        gkey[e, i] = ((ys // G) * V + (V - 1 - k)) * xm + ys
         for d in range(D):
             load[d] = 0
             pend[d] = 0
@@ -207,19 +219,15 @@ def chunk_pass(fb, bb, wm, caps, wcaps, group, flag, blag, dev, dchunks, split, 
                         j = nf[e]
                         if j < nF[e] and (e == 0 or dev[e - 1] != d
                                           or donef[e - 1] >= fend[e, j]):
-                            xs = (fend[e, j - 1] if j > 0 else 0) + flag[n, e]
-                            key = ((xs // G) * V + k) * xm + xs
-                            if bf < 0 or key < bfk:
-                                bf, bfk = e, key
+                            if bf < 0 or fkey[e, j] < bfk:
+                                bf, bfk = e, fkey[e, j]
                         i = ng[e]
                         if i < nG[e]:
                             b = gend[e, i]
                             if donef[e] >= b and (e == C - 1 or dev[e + 1] != d
                                                   or doneg[e + 1] >= b):
-                                ys = (gend[e, i - 1] if i > 0 else 0) + blag[n, e]
-                                key = ((ys // G) * V + (V - 1 - k)) * xm + ys
-                                if bg < 0 or key < bgk:
-                                    bg, bgk = e, key
+                                if bg < 0 or gkey[e, i] < bgk:
+                                    bg, bgk = e, gkey[e, i]
                     if bf >= 0:
                         j = nf[bf]
                         m = fend[bf, j] - (fend[bf, j - 1] if j > 0 else 0)
