@@ -15,7 +15,9 @@ PURE = [
     "umpipe_bench.torch_schedules", "umpipe_bench.torch_schedules.best", "umpipe_bench.problems",
     "umpipe_bench.baselines.edp", "umpipe_bench.baselines.greedy", "umpipe_bench.baselines.exact",
     "umpipe_bench.baselines.random_search", "umpipe_bench.chunkplan",
-    "umpipe_bench.chunk_schedule", "umpipe_bench.chunk_torch",
+    "umpipe_bench.chunk_schedule", "umpipe_bench.chunk_torch", "umpipe_bench.chunk_codec",
+    "umpipe_bench.planners.evaluation.chunk_eval",
+    "umpipe_bench.planners.evaluation.chunk_objective",
 ]
 
 
