@@ -21,6 +21,7 @@ from ..chunkplan import ChunkPlan
 from ..errors import InputError
 from ..problem import Problem
 from .chunk_job import ChunkRunSpec, chunk_spec_for_problem
+from .errors import StageFailure
 from .execution import launch_in, plan_label
 
 __all__ = ["ChunkExecution", "gradient_check", "load_chunk_plans", "prepare_chunks",
@@ -104,9 +105,17 @@ def run_chunk_execution(ex: ChunkExecution, run_dir: str | os.PathLike[str] | No
                         deadline_s: float = 3600.0, echo: bool = False,
                         extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Launch ``ex`` (one process per device) and return rank 0's result (a temporary run
-    folder is removed unless the run failed)."""
-    return launch_in(ex.spec, run_dir, deadline_s=deadline_s, echo=echo, extra_env=extra_env,
-                     stage_args=STAGE_ARGS)
+    folder is removed unless the run failed). A failure is the launcher's
+    :class:`~.errors.StageFailure`, its process named as the device it is (``.stage`` is
+    the device's rank)."""
+    try:
+        return launch_in(ex.spec, run_dir, deadline_s=deadline_s, echo=echo,
+                         extra_env=extra_env, stage_args=STAGE_ARGS)
+    except StageFailure as exc:
+        if exc.stage is not None:
+            text = str(exc).replace(f"stage {exc.stage} failed", f"device {exc.stage} failed", 1)
+            exc.args = (text, *exc.args[1:])
+        raise
 
 
 def gradient_check(spec: ChunkRunSpec, result: dict[str, Any], run_dir: str | os.PathLike[str],
