@@ -3,7 +3,10 @@
 Without ``RANK``/``WORLD_SIZE`` in the environment it launches one process per stage through
 ``torchrun --standalone`` and waits for them; under an existing ``torchrun`` launch (one
 process per stage, any number of nodes) every rank runs its own stage in-process and rank 0
-prints the report (docs/MODEL.md §5).
+prints the report (docs/MODEL.md §5). With ``--devices D`` the plans are chunk plan files
+(docs/CHUNK-SCHEDULES.md) on a per-layer problem, one process per device
+(docs/EXECUTE.md, "Chunk plans"). ``--check-grads`` runs one float64 iteration of every plan
+instead and compares each gradient with the single-process full-batch one.
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and compare each median iteration time with the simulator's prediction. EDP plans "
         "in stash mode are also run by torch.distributed.pipelining (ScheduleGPipe / "
         "Schedule1F1B) on the same stages for a peer check. SPEC is 'gpipe:M', '1f1b:M' or a "
-        "plan JSON file. Speedups are relative to the first plan.",
+        "plan JSON file. Speedups are relative to the first plan. With --devices D, every SPEC "
+        "is a chunk plan file (umpipe-chunk-plan/1: chunks of the problem's layers on D "
+        "devices, per-chunk F/B/I/W partitions) run with one process per device and compared "
+        "with the device simulator (docs/EXECUTE.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--problem", required=True, help="profiled problem name or file")
@@ -46,6 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="memory mode for every plan (default: stash for gpipe:M/1f1b:M, a file's own)",
     )
+    p.add_argument("--devices", "-D", type=whole(1), metavar="D", default=None,
+                   help="run chunk plan files on D devices, one process per device (the "
+                   "problem's stages being layers); default: one process per stage, stage "
+                   "plans")
+    p.add_argument("--check-grads", action="store_true",
+                   help="run one float64 iteration of every plan (no optimizer step) and "
+                   "check every parameter gradient against the single-process full-batch "
+                   "gradient; exit 1 if any differs")
     p.add_argument("--iters", type=whole(1), default=10, help="measured iterations per plan")
     p.add_argument("--warmup", type=whole(0), default=2, help="warm-up iterations per plan")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
@@ -113,8 +127,47 @@ def _check_backend(backend: str) -> None:
                              f"machine (torch {torch.__version__}); use --backend gloo")
 
 
+def _check_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a gradient check: one float64 iteration, gradients dumped, no step."""
+    settings = dict(settings)
+    settings.update(dtype="float64", iters=1, warmup=0, optimizer="none", dump_grads=True)
+    return settings
+
+
+def _report_check(checks: list[tuple[str, list[str]]], as_json: bool) -> int:
+    """Print a gradient check's verdicts; exit code 1 if any plan's gradients differ."""
+    bad = sum(1 for _, why in checks if why)
+    if as_json:
+        print(json.dumps({"check_grads": [{"plan": label, "ok": not why, "problems": why}
+                                          for label, why in checks]}))
+    else:
+        for label, why in checks:
+            print(f"{label}: " + ("ok" if not why else "DIFFERS: " + "; ".join(why[:4])))
+        print(f"{len(checks) - bad} of {len(checks)} plans give the full-batch gradient "
+              "(float64)")
+    return 1 if bad else 0
+
+
+def _stage_check(spec: Any, run_dir: str) -> list[tuple[str, list[str]]]:
+    """Gradients of a stage-plan run made with ``dump_grads``, against the reference."""
+    from ..runtime.reference import compare_gradients, load_stage_gradients, reference_gradients
+
+    ref_loss, ref = reference_gradients(spec.model, spec.config, spec.layers_per_stage, spec.B,
+                                        dtype=spec.dtype, seed=spec.seed)
+    out = []
+    for k, entry in enumerate(spec.entries):
+        loss, got = load_stage_gradients(run_dir, k, spec.S)
+        why = compare_gradients(ref, got)
+        if loss is None or abs(loss - ref_loss) > 1e-10 * abs(ref_loss) + 1e-12:
+            why.append(f"loss {loss} differs from the reference loss {ref_loss}")
+        out.append((entry.label, why))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Prepare (refusing what cannot run), launch or join torchrun, print the report."""
+    if args.devices is not None:
+        return run_chunks(args)
     from ..files import check_append_csv
     from ..runtime.errors import StageFailure
     from ..runtime.execution import prepare, run_execution
@@ -126,9 +179,14 @@ def run(args: argparse.Namespace) -> int:
         check_append_csv(args.csv, COLUMNS, "--csv")
     check_output_dir(args.run_dir, "--run-dir")
     problem = get_problem(args.problem)
+    settings = _settings(args)
+    if args.check_grads:
+        settings = _check_settings(settings)
     ex = prepare(problem, [args.plan, *args.vs], mode=args.mode, peer=not args.no_peer,
-                 force_plan=args.force_plan, **_settings(args))
+                 force_plan=args.force_plan, **settings)
     _check_backend(ex.spec.backend)
+    if args.check_grads:
+        return _checked_run(ex, args, lambda d: _stage_check(ex.spec, d), run_execution)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         result = _run_in_process(ex.spec, args)
         if result is None:
@@ -157,16 +215,104 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_in_process(spec: Any, args: argparse.Namespace) -> dict[str, Any] | None:
-    """Under an existing torchrun: this process is stage RANK."""
-    from ..runtime.worker import run_worker, write_failure
+def _checked_run(ex: Any, args: argparse.Namespace, check: Any, launch: Any) -> int:
+    """Launch a gradient check in ``--run-dir`` (or a temporary folder kept only if the run
+    fails), compare, report."""
+    from ..runtime.errors import StageFailure
+
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        raise UserInputError("--check-grads launches its own processes; run it without "
+                             "torchrun")
+    run_dir = args.run_dir or tempfile.mkdtemp(prefix="umpipe-check-")
+    try:
+        launch(ex, run_dir, deadline_s=args.deadline, echo=args.echo)
+    except StageFailure as exc:
+        print(f"umpipe-bench execute: error: {exc}", file=sys.stderr)
+        return 1
+    checks = check(run_dir)
+    if not args.run_dir:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return _report_check(checks, args.json)
+
+
+def run_chunks(args: argparse.Namespace) -> int:
+    """``execute --devices D``: chunk plan files, one process per device."""
+    from ..files import check_append_csv
+    from ..runtime.chunk_execution import gradient_check, prepare_chunks, run_chunk_execution
+    from ..runtime.errors import StageFailure
+    from ..runtime.report import COLUMNS, format_table, write_csv
+    from ._lookup import problem as get_problem
+    from ._paths import check_output_dir, writing
+
+    for flag, given in (("--no-peer", args.no_peer), ("--force-plan", args.force_plan)):
+        if given:
+            raise UserInputError(f"{flag} does not apply to chunk plans (--devices): no "
+                                 "torch peer runs them, and a chunk plan names no problem")
+    if args.csv:
+        check_append_csv(args.csv, COLUMNS, "--csv")
+    check_output_dir(args.run_dir, "--run-dir")
+    problem = get_problem(args.problem)
+    settings = _settings(args)
+    if args.check_grads:
+        settings = _check_settings(settings)
+    ex = prepare_chunks(problem, [args.plan, *args.vs], args.devices, mode=args.mode,
+                        **settings)
+    _check_backend(ex.spec.backend)
+    if args.check_grads:
+        kept: dict[str, Any] = {}
+
+        def launch(ex: Any, run_dir: str, **kw: Any) -> None:
+            kept["result"] = run_chunk_execution(ex, run_dir, **kw)
+
+        return _checked_run(ex, args, lambda d: gradient_check(ex.spec, kept["result"], d),
+                            launch)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        result = _run_in_process(ex.spec, args, chunks=True)
+        if result is None:
+            return 0
+    else:
+        try:
+            result = run_chunk_execution(ex, args.run_dir, deadline_s=args.deadline,
+                                         echo=args.echo)
+        except StageFailure as exc:
+            print(f"umpipe-bench execute: error: {exc}", file=sys.stderr)
+            return 1
+    rows = ex.rows(result)
+    if args.csv:
+        with writing(args.csv, "--csv"):
+            write_csv(rows, args.csv)
+    if args.json:
+        print(json.dumps({"rows": rows, "result": result, "fallbacks": ex.fallbacks}))
+        return 0
+    print(f"problem {problem.name} ({problem.S} layers, B={problem.B}), chunk plans on "
+          f"D={args.devices} devices (one process each), {ex.spec.iters} iterations per plan "
+          f"after {ex.spec.warmup} warm-up, alternating; backend {ex.spec.backend}, torch "
+          f"{result.get('torch')}; predicted: the device simulator")
+    for label, plan in ex.runs:
+        print(f"  {label}: {plan.describe()}, layers {'-'.join(map(str, plan.layers))}"
+              + (f", {ex.fallbacks[label]} rule fallbacks" if ex.fallbacks[label] else ""))
+    print(format_table(rows))
+    if args.csv:
+        print(f"wrote {args.csv}")
+    return 0
+
+
+def _run_in_process(spec: Any, args: argparse.Namespace,
+                    chunks: bool = False) -> dict[str, Any] | None:
+    """Under an existing torchrun: this process is stage (or, ``chunks``, device) RANK."""
+    from ..runtime.worker import write_failure
+
+    if chunks:
+        from ..runtime.chunk_worker import run_device as run_rank
+    else:
+        from ..runtime.worker import run_worker as run_rank
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     spec.run_id = os.environ.get("TORCHELASTIC_RUN_ID", "inproc")
     spec.out_dir = args.run_dir or tempfile.mkdtemp(prefix=f"umpipe-execute-r{rank}-")
     os.makedirs(spec.out_dir, exist_ok=True)
     try:
-        result = run_worker(spec, rank, world)
+        result = run_rank(spec, rank, world)
         if not args.run_dir:
             shutil.rmtree(spec.out_dir, ignore_errors=True)  # a failure keeps its folder
         return result

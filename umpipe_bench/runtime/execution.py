@@ -23,7 +23,7 @@ from .errors import StageFailure
 from .job import PlannedRun, spec_for_problem
 from .spec import RunSpec
 
-__all__ = ["Execution", "plan_label", "prepare", "run_execution"]
+__all__ = ["Execution", "launch_in", "plan_label", "prepare", "run_execution"]
 
 
 def plan_label(spec: str) -> str:
@@ -102,13 +102,24 @@ def run_execution(ex: Execution, run_dir: str | os.PathLike[str] | None = None, 
     Without ``run_dir`` the run works in a temporary folder that is removed afterwards,
     except when the run fails: then its logs stay and the error names them.
     """
+    return launch_in(ex.spec, run_dir, deadline_s=deadline_s, echo=echo, extra_env=extra_env)
+
+
+def launch_in(spec: Any, run_dir: str | os.PathLike[str] | None = None, *,
+              deadline_s: float = 3600.0, echo: bool = False,
+              extra_env: dict[str, str] | None = None,
+              stage_args: Sequence[str] = ()) -> dict[str, Any]:
+    """:func:`.launcher.launch` in ``run_dir``, or in a temporary folder removed afterwards
+    unless the run failed (its logs stay, and the error names them)."""
     from .launcher import launch
 
+    kw: dict[str, Any] = {"deadline_s": deadline_s, "echo": echo, "extra_env": extra_env,
+                          "stage_args": stage_args}
     if run_dir is not None:
-        return launch(ex.spec, run_dir, deadline_s=deadline_s, echo=echo, extra_env=extra_env)
+        return launch(spec, run_dir, **kw)
     tmp = tempfile.mkdtemp(prefix="umpipe-execute-")
     try:
-        result = launch(ex.spec, tmp, deadline_s=deadline_s, echo=echo, extra_env=extra_env)
+        result = launch(spec, tmp, **kw)
     except StageFailure:
         raise  # keep the logs the error points to
     except BaseException:

@@ -15,7 +15,12 @@ import torch
 
 from .stages import build_stages, parse_dtype
 
-__all__ = ["compare_gradients", "load_stage_gradients", "reference_gradients"]
+__all__ = [
+    "compare_gradients",
+    "load_chunk_gradients",
+    "load_stage_gradients",
+    "reference_gradients",
+]
 
 
 def reference_gradients(
@@ -66,13 +71,15 @@ def compare_gradients(
     *,
     rtol: float = 1e-10,
     atol: float = 1e-12,
+    unit: str = "stage",
 ) -> list[str]:
-    """Human-readable mismatches (empty list: every gradient matches)."""
+    """Human-readable mismatches (empty list: every gradient matches); each names the
+    ``unit`` (``"stage"``, or ``"chunk"`` for chunk plans) by its index."""
     problems = []
     for s, (r, g) in enumerate(zip(ref, got, strict=True)):
         if set(r) != {k for k, v in g.items() if v is not None}:
             problems.append(
-                f"stage {s}: parameters with gradients differ: {sorted(r)} vs {sorted(g)}"
+                f"{unit} {s}: parameters with gradients differ: {sorted(r)} vs {sorted(g)}"
             )
             continue
         for name, rv in r.items():
@@ -80,5 +87,21 @@ def compare_gradients(
             assert gv is not None
             if gv.shape != rv.shape or not torch.allclose(gv, rv, rtol=rtol, atol=atol):
                 err = (gv - rv).abs().max().item() if gv.shape == rv.shape else float("nan")
-                problems.append(f"stage {s}: gradient of {name} differs (max abs error {err:.3g})")
+                problems.append(f"{unit} {s}: gradient of {name} differs (max abs error {err:.3g})")
     return problems
+
+
+def load_chunk_gradients(
+    run_dir: str | Path, entry: int, devices: Sequence[int]
+) -> tuple[float | None, list[dict[str, torch.Tensor | None]]]:
+    """The gradients a chunk-plan run dumped (``ChunkRunSpec.dump_grads``) for entry number
+    ``entry``, one dict per chunk (``devices[c]``: the device of chunk ``c``), in the form
+    :func:`reference_gradients` gives for the chunks' layer groups."""
+    loss = None
+    per_device = {}
+    for d in sorted(set(devices)):
+        data = torch.load(Path(run_dir) / f"grads-e{entry}-d{d}.pt", weights_only=True)
+        per_device[d] = data["grads"]
+        if d == devices[-1]:
+            loss = data["loss"]
+    return loss, [per_device[d][c] for c, d in enumerate(devices)]

@@ -2,7 +2,8 @@
 one stage process (docs/ARCHITECTURE.md, "Processes").
 
 ``--torch-multi`` first runs :func:`umpipe_bench.runtime.torch_multi.main` instead (every
-torch.distributed.pipelining schedule, several chunks per rank).
+torch.distributed.pipelining schedule, several chunks per rank), ``--chunks``
+:func:`umpipe_bench.runtime.chunk_worker.main` (chunk plans, one process per device).
 
 It asks for the parent-death signal before importing torch (seconds), so a ``torchrun`` killed
 at any moment takes its stage processes with it; then it runs
@@ -21,6 +22,10 @@ if __name__ == "__main__":
         from .torch_multi import main as multi_main
 
         sys.exit(multi_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["--chunks"]:  # chunk plans, one process per device (chunk_worker.py)
+        from .chunk_worker import main as chunk_main
+
+        sys.exit(chunk_main(sys.argv[2:]))
     from .worker import main
 
     sys.exit(main())
