@@ -205,6 +205,11 @@ def test_plan_devices_json_and_the_plan_file_round_trip(split_file, tmp_path, ca
         assert key in out
     assert out["T_best_torch"] / out["iteration_time"] - 1 == out["speedup_vs_best_torch"]
     assert out["T_best_reproduced"] >= out["iteration_time"]
+    assert out["faster_torch_schedules"] == [
+        r["schedule"] for r in out["torch"] if r["T"] is not None
+        and r["T"] < out["iteration_time"]]
+    assert not set(out["faster_torch_schedules"]) & {"gpipe", "1f1b", "interleaved-1f1b",
+                                                     "zb1p"}
     plan = ChunkPlan.load(out_file)
     assert list(plan.layers) == out["partition"] and plan.layout == out["layout"]
     assert main(["simulate", "--problem", split_file, "--devices", "2", "--plan",

@@ -216,6 +216,8 @@ def run_devices(args: argparse.Namespace) -> int:
         "best_reproduced_schedule": None if exact is None else exact.schedule,
         "T_best_reproduced": None if exact is None else exact.T,
         "speedup_vs_best_reproduced": res.speedup_vs(exact),
+        "faster_torch_schedules": [b.schedule for b in res.baselines
+                                   if b.T is not None and b.T < T],
         "torch": [b.to_dict() for b in res.baselines],
         "memory_cap": res.memory_cap,
         "peak_memory": res.peak_memory,
