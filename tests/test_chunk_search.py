@@ -253,3 +253,18 @@ def test_problem_without_split_costs_searches_unsplit_plans():
     assert names["zb1p"].T is None and "split-backward" in names["zb1p"].reason
     _check(problem, res, 2)
     assert dataclasses.asdict(names["1f1b"])["exact"]
+
+
+def test_plan_devices_memory_cap(split_file, capsys):
+    argv = ["plan", "--problem", split_file, "--devices", "2", "--budget", "evals:2000",
+            "--json"]
+    assert main(argv) == 0
+    free = json.loads(capsys.readouterr().out)
+    cap = int(0.9 * max(free["peak_memory"]))
+    assert main([*argv, "--memory-cap", str(cap)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory_cap"] == cap and max(out["peak_memory"]) <= cap
+    assert out["T_best_reproduced"] >= out["iteration_time"]
+    assert main([*argv, "--memory-cap", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no chunk plan found fits the memory cap" in err[0], err
