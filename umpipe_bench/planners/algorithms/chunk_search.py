@@ -671,7 +671,7 @@ class _Run:
                                 f"simulator's {tl.iteration_time!r} for {plan.describe()}")
         plan = dataclasses.replace(plan, meta={
             "planner": self.owner.name, "problem": self.problem.name,
-            "problem_digest": self.problem.digest(capacities=False),
+            "problem_digest": self.problem.digest(split=True, capacities=False),
             "predicted_time": self.best_T})
         return ChunkSearchResult(
             plan=plan, iteration_time=self.best_T,
