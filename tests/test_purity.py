@@ -18,6 +18,7 @@ PURE = [
     "umpipe_bench.chunk_schedule", "umpipe_bench.chunk_torch", "umpipe_bench.chunk_codec",
     "umpipe_bench.planners.evaluation.chunk_eval",
     "umpipe_bench.planners.evaluation.chunk_objective",
+    "umpipe_bench.planners.algorithms.chunk_search",
 ]
 
 

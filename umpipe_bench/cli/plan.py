@@ -4,6 +4,10 @@ Speedups are against the best equal-microbatch plans in the same memory mode tha
 (docs/MODEL.md §2 EDP, best M in 1..B; docs/SCHEDULES.md §4): GPipe (gpipe schedule), 1F1B
 (the paper's PipeDream comparison) and the better of the two, written as
 ``T_baseline / T - 1`` (0.1389 = +13.89 %, the paper's convention and the leaderboard's).
+
+With ``--devices D`` the planner is :class:`~umpipe_bench.planners.algorithms.chunk_search.
+ChunkSearch` (chunk plans on D devices, docs/CHUNK-SCHEDULES.md §9) and the speedups are against
+torch's seven schedules at their best v, M and partition (``umpipe-bench schedules``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import sys
 from typing import Any
 
 from ..errors import UserInputError
+from ._numbers import whole
 from ._paths import path_arg
 
 
@@ -34,13 +39,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run a registered planner on a problem. Prints the predicted iteration "
         "time T and the speedup T_base / T - 1 over the best GPipe-EDP and 1F1B-EDP plans "
         "(best M in 1..B, same memory mode). Planner settings go through --set, e.g. "
-        "--set population=256 --set backend=numpy.",
+        "--set population=256 --set backend=numpy. With --devices D it plans chunk plans "
+        "(layouts, layer partitions, per-chunk microbatches, per-device caps, split backward) "
+        "and prints T against torch's seven schedules (docs/CHUNK-SCHEDULES.md §9).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--problem", required=True, help="problem name (see 'problems') or file")
-    p.add_argument("--planner", default="tidgap",
+    p.add_argument("--planner", default=None,
                    help="planner name (dgap, tidgap, gpipe, 1f1b, local-greedy, greedy-dp, "
-                   "random-search, optuna-tpe, exact, or any registered one)")
+                   "random-search, optuna-tpe, exact, or any registered one); default: tidgap, "
+                   "with --devices chunk-search (the only planner of chunk plans)")
+    p.add_argument("--devices", "-D", type=whole(0), metavar="D",
+                   help="plan chunk plans on D devices (docs/CHUNK-SCHEDULES.md §9): the "
+                   "problem's stages are layers, cut into chunks (layouts one, loop, v), each "
+                   "chunk with its own microbatches, caps per device, split backward where the "
+                   "problem has its costs; prints T against torch's seven schedules at their "
+                   "best M and partition; default: one stage per device")
     p.add_argument("--mode", choices=("stash", "recompute"), default="stash",
                    help="memory mode (recompute frees the backward partitions)")
     p.add_argument("--seed", default=0, metavar="SEED",
@@ -75,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
 
     args.seed = parse_seed(args.seed, "--seed")
     check_output_file(args.out, "--out")
+    if args.devices is not None:
+        return run_devices(args)
+    if args.planner is None:
+        args.planner = "tidgap"
     problem = get_problem(args.problem)
     if args.memory_cap is not None:
         problem = problem.with_memory_cap(parse_size(args.memory_cap))
@@ -152,4 +170,93 @@ def run(args: argparse.Namespace) -> int:
             print(line)
     if args.out:
         print(f"wrote plan: {args.out}")
+    return 0
+
+
+def run_devices(args: argparse.Namespace) -> int:
+    """``plan --devices D``: the chunk-plan planner (docs/CHUNK-SCHEDULES.md §9)."""
+    from ..memory import format_bytes, parse_size
+    from ..planners.algorithms.chunk_search import ChunkSearch
+    from ._lookup import problem as get_problem
+    from ._paths import writing
+
+    if args.planner is not None and args.planner.lower() != ChunkSearch.name:
+        raise UserInputError(f"--planner {args.planner}: with --devices the planner is "
+                             f"{ChunkSearch.name} (the planner of chunk plans); drop --planner "
+                             "or --devices")
+    problem = get_problem(args.problem)
+    D = args.devices
+    if not 1 <= D <= problem.S:
+        raise UserInputError(f"--devices must be in 1..{problem.S} (the problem's layers), got "
+                             f"{D}")
+    cap = parse_size(args.memory_cap) if args.memory_cap is not None else None
+    planner = ChunkSearch(**_parse_sets(args.settings))
+    budget = args.budget or planner.default_budget
+    res = planner.plan(problem, D, mode=args.mode, budget=budget, seed=args.seed,
+                       memory_cap=cap, progress=not args.no_progress and sys.stderr.isatty())
+    plan, T = res.plan, res.iteration_time
+    best, exact = res.best_torch(), res.best_torch(exact_only=True)
+    out: dict[str, Any] = {
+        "planner": planner.name,
+        "problem": problem.name,
+        "devices": D,
+        "mode": args.mode,
+        "seed": args.seed,
+        "budget": str(budget),
+        "iteration_time": T,
+        "start_time": res.start_time,
+        "layout": plan.layout,
+        "v": plan.v,
+        "partition": list(plan.layers),
+        "split": plan.split,
+        "plan_kind": plan.describe(),
+        "best_torch_schedule": None if best is None else best.schedule,
+        "T_best_torch": None if best is None else best.T,
+        "speedup_vs_best_torch": res.speedup_vs(best),
+        "best_reproduced_schedule": None if exact is None else exact.schedule,
+        "T_best_reproduced": None if exact is None else exact.T,
+        "speedup_vs_best_reproduced": res.speedup_vs(exact),
+        "faster_torch_schedules": [b.schedule for b in res.baselines
+                                   if b.T is not None and b.T < T],
+        "torch": [b.to_dict() for b in res.baselines],
+        "memory_cap": res.memory_cap,
+        "peak_memory": res.peak_memory,
+        "evaluations": res.evaluations,
+        "generations": res.generations,
+        "spaces": res.spaces,
+        "wall_time": res.wall_time,
+        "settings": res.settings,
+    }
+    if args.out:
+        with writing(args.out, "--out"):
+            plan.save(args.out)
+        out["out"] = args.out
+    if args.json:
+        out["plan"] = plan.to_dict()
+        print(json.dumps(out, default=str))
+        return 0
+    print(f"problem {problem.name} ({problem.S} layers, B={problem.B}) on D={D} devices, mode "
+          f"{args.mode}, planner {planner.name}, seed {args.seed}, budget {budget}")
+    print(f"iteration time T = {T * 1e3:.4f} ms  [{plan.describe()}, partition "
+          f"{'-'.join(map(str, plan.layers))}]  ({res.evaluations} evaluations over "
+          f"{res.spaces} spaces, {res.wall_time:.2f} s)")
+    print(f"{'torch schedule':<17} {'v':>2} {'M':>3}  {'T (ms)':>10}  {'speedup':>9}  partition")
+    for b in res.baselines:
+        if b.T is None:
+            print(f"{b.schedule:<17} {'-':>2} {'-':>3}  {'-':>10}  {'-':>9}  ({b.reason})")
+            continue
+        gain = res.speedup_vs(b)
+        print(f"{b.schedule:<17} {b.v:>2} {b.M:>3}  {b.T * 1e3:>10.3f}  "
+              f"{100 * gain:>+8.2f}%  {'-'.join(map(str, b.counts or ()))}"
+              + ("" if b.exact else "  (not a chunk plan: torch's own lists)"))
+    if best is not None and best.T is not None:
+        verdict = "faster than" if T < best.T else "as fast as" if T == best.T else \
+            "slower than"
+        print(f"vs the fastest torch schedule, {best.schedule}: "
+              f"{100 * (best.T / T - 1):+.2f} % ({verdict} it)")
+    if res.peak_memory is not None:
+        capt = "" if res.memory_cap is None else f" (cap {format_bytes(res.memory_cap)})"
+        print(f"peak memory: max {format_bytes(max(res.peak_memory))} over devices{capt}")
+    if args.out:
+        print(f"wrote chunk plan: {args.out}")
     return 0

@@ -1,0 +1,133 @@
+"""The chunk-plan planner against torch's seven schedules (docs/CHUNK-SCHEDULES.md §9).
+
+For each problem, mode and seed, runs
+
+    umpipe-bench plan --problem P --devices D --mode MODE --budget BUDGET --seed S --json
+
+(one process at a time) and records the planner's T, its layout and partition, the fastest of
+torch's seven schedules at its best v, M and partition (the exact search of ``umpipe-bench
+schedules``), the fastest of the four the chunk rule reproduces, both speedups
+(``T_torch / T - 1``), the evaluations and the planner's wall time. Writes ``OUT.csv`` (one row
+per run) and ``OUT.md`` (the table, the commands at its top). T is simulated; the wall times
+are this machine's.
+
+    python scripts/chunk_plans.py                      # results/published/chunk-plans
+    python scripts/chunk_plans.py --seeds 0 --budget evals:5000 --out /tmp/cp   # a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+COLUMNS = ["problem", "D", "mode", "seed", "budget", "T", "layout", "v", "partition", "split",
+           "best_torch", "T_best_torch", "speedup_vs_best_torch", "best_reproduced",
+           "T_best_reproduced", "speedup_vs_best_reproduced", "evaluations", "spaces",
+           "wall_s", "process_s"]
+
+
+def run_one(problem: str, D: int, mode: str, budget: str, seed: int) -> dict:
+    argv = [sys.executable, "-m", "umpipe_bench", "plan", "--problem", problem, "--devices",
+            str(D), "--mode", mode, "--budget", budget, "--seed", str(seed), "--json",
+            "--no-progress"]
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    process_s = time.perf_counter() - t0
+    r = json.loads(out.stdout)
+    return {
+        "problem": problem, "D": D, "mode": mode, "seed": seed, "budget": budget,
+        "T": r["iteration_time"], "layout": r["layout"], "v": r["v"],
+        "partition": "-".join(map(str, r["partition"])), "split": r["split"],
+        "best_torch": r["best_torch_schedule"], "T_best_torch": r["T_best_torch"],
+        "speedup_vs_best_torch": r["speedup_vs_best_torch"],
+        "best_reproduced": r["best_reproduced_schedule"],
+        "T_best_reproduced": r["T_best_reproduced"],
+        "speedup_vs_best_reproduced": r["speedup_vs_best_reproduced"],
+        "evaluations": r["evaluations"], "spaces": r["spaces"], "wall_s": r["wall_time"],
+        "process_s": process_s,
+    }
+
+
+def markdown(rows: list[dict], cmd: str) -> str:
+    lines = [
+        "# Chunk plans found by `plan --devices` against torch's schedules (simulated)",
+        "",
+        f"Regenerate: `{cmd}` (rows: the `.csv` beside this file). Each row is one run of",
+        "",
+        "```",
+        "umpipe-bench plan --problem P --devices D --mode MODE --budget BUDGET --seed S --json",
+        "```",
+        "",
+        "T: the plan found (simulated). Best torch: the fastest of torch's seven schedules at "
+        "its best v, M and contiguous partition (`umpipe-bench schedules`); best reproduced: "
+        "the fastest of gpipe, 1f1b, interleaved-1f1b and zb1p, whose equal plans the search "
+        "is seeded with. Speedup: `T_torch / T - 1` (negative: torch's schedule is faster). "
+        "Wall: the planner's seconds on this machine (the torch baselines' exact search "
+        "included), one process at a time. No memory cap.",
+        "",
+        "| problem | D | mode | seed | T (s) | layout | partition | split | best torch | "
+        "T torch (s) | vs best torch | best reproduced | vs reproduced | evals | wall (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        kind = r["layout"] if r["layout"] != "loop" else f"loop(v={r['v']})"
+        lines.append(
+            f"| {r['problem']} | {r['D']} | {r['mode']} | {r['seed']} | {r['T']:.4f} | {kind} | "
+            f"{r['partition']} | {'yes' if r['split'] else 'no'} | {r['best_torch']} | "
+            f"{r['T_best_torch']:.4f} | {100 * r['speedup_vs_best_torch']:+.2f} % | "
+            f"{r['best_reproduced']} | {100 * r['speedup_vs_best_reproduced']:+.2f} % | "
+            f"{r['evaluations']} | {r['wall_s']:.1f} |")
+    lines += ["", "Per problem and mode, over seeds:", "",
+              "| problem | mode | seeds | vs best torch: min | median | max | wall (s): median |",
+              "|---|---|---|---|---|---|---|"]
+    keys = sorted({(r["problem"], r["mode"]) for r in rows}, key=lambda k: (k[0], k[1]))
+    for p, m in keys:
+        rs = [r for r in rows if r["problem"] == p and r["mode"] == m]
+        g = [r["speedup_vs_best_torch"] for r in rs]
+        lines.append(f"| {p} | {m} | {len(rs)} | {100 * min(g):+.2f} % | "
+                     f"{100 * statistics.median(g):+.2f} % | {100 * max(g):+.2f} % | "
+                     f"{statistics.median(r['wall_s'] for r in rs):.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--problems", default="gpt1-14,vgg16")
+    ap.add_argument("--devices", type=int, default=4)
+    ap.add_argument("--modes", default="stash,recompute")
+    ap.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
+    ap.add_argument("--budget", default="evals:200000")
+    ap.add_argument("--out", default="results/published/chunk-plans")
+    a = ap.parse_args(argv)
+    rows = []
+    for problem in a.problems.split(","):
+        for mode in a.modes.split(","):
+            for seed in (int(s) for s in a.seeds.split(",")):
+                r = run_one(problem, a.devices, mode, a.budget, seed)
+                print(f"{problem} D={a.devices} {mode} seed {seed}: T {r['T']:.4f} vs "
+                      f"{r['best_torch']} {r['T_best_torch']:.4f} "
+                      f"({100 * r['speedup_vs_best_torch']:+.2f} %), {r['wall_s']:.1f} s",
+                      file=sys.stderr)
+                rows.append(r)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    out.with_suffix(".csv").write_text(buf.getvalue(), encoding="utf-8")
+    default = argv is None and len(sys.argv) == 1
+    cmd = "python scripts/chunk_plans.py" + ("" if default else " " + " ".join(sys.argv[1:]))
+    out.with_suffix(".md").write_text(markdown(rows, cmd), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
