@@ -9,24 +9,17 @@ space a genetic algorithm searches every chunk's forward, backward and weight-gr
 partitions, the per-device caps and ``w_caps``, the group and the lags, its whole population
 evaluated at once by :class:`..evaluation.chunk_objective.ChunkObjective` (numba).
 
-1. **Torch's baselines.** :func:`umpipe_bench.torch_schedules.best.schedule_table` (the exact
-   search of ``umpipe-bench schedules``) gives every torch schedule's best ``v``, ``M`` and
-   contiguous layer partition within the memory cap.
-2. **Initial spaces.** For each layout and split, the partitions those schedules chose for
-   that many chunks, the balanced one (layer counts) and the one that balances the layers'
-   work. Each space's population starts with the equal plans of the torch schedules of its
-   layout at every ``M`` torch accepts (:func:`umpipe_bench.chunk_torch.torch_plan`: exact
-   for gpipe, 1f1b, interleaved-1f1b and zb1p; the closest plans for looped-bfs, zbv and
-   dualpipev), turned split or unsplit as the space is, then mutated copies of them and
-   random rows. So the best reproduced torch schedule that fits is evaluated, bit for bit, and
-   the result is never slower than it.
-3. **Generations.** Tournament selection; crossover per chunk row (each chunk's forward,
-   backward and weight-gradient cut bits come from one parent or the other, independently:
-   the dual chromosome, row by row) and per device gene (caps, ``w_caps``), lags per chunk,
-   the group from either parent; mutation flips cut bits, shifts a microbatch boundary by a
-   sample, copies one chunk's partition to another, and redraws caps, ``w_caps``, the group
-   and lags (near the old value, anywhere, or no cap); the best distinct individuals survive.
-   Only offspring that differ from their parent are evaluated.
+1. **Torch's baselines**: every torch schedule's best ``v``, ``M`` and layer partition within
+   the memory cap (the exact search of ``umpipe-bench schedules``).
+2. **Initial spaces**: per layout and split, the partitions those schedules chose, the
+   balanced one and the work-balanced one; each population starts with the equal plans of
+   the torch schedules of its layout at every ``M`` torch accepts (exact for gpipe, 1f1b,
+   interleaved-1f1b and zb1p), then mutated copies and random rows. So the best reproduced
+   torch schedule that fits is evaluated, bit for bit, and the result is never slower.
+3. **Generations.** Tournament selection, crossover per chunk row of each chromosome (the
+   dual chromosome, row by row), per device gene and per chunk lag, mutation, the best
+   distinct individuals kept (:mod:`..search.chunk_variation`); only offspring that differ
+   from their parent are evaluated.
 4. **Outer moves.** ``live`` spaces are searched at a time, ``epoch`` generations each in
    turn; then the spaces are ranked by their best ``T``, the worst make room, and the best
    two spawn a neighbouring partition (one layer moved across a chunk boundary, a space not
@@ -44,165 +37,46 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...chunk_codec import ChunkGenomes, ChunkSpace
 from ...chunkplan import ChunkPlan
-from ...errors import InternalError, MemoryCapError, UmpipeError
+from ...errors import InternalError, MemoryCapError
 from ...layout import balanced_counts
 from ...plan import MODES
 from ...problem import Problem
 from ...schema import check_seed
 from ..evaluation.chunk_objective import ChunkObjective
 from ..search.base import Budget, PlannerError
+from ..search.chunk_variation import (
+    crossover,
+    differs,
+    elite_rows,
+    mutate,
+    select,
+    stash_tied,
+    take,
+    unique,
+)
 from ..search.history import History
 from ..search.loop import Termination
-from ..search.settings import Setting, SettingsTable
+from ..search.settings import SettingsTable
+from ._chunk_search_settings import (
+    CHUNK_SEARCH_SETTINGS,
+    LAYOUTS,
+    ChunkSearchResult,
+    TorchBaseline,
+    _Space,
+    layout_options,
+    torch_baselines,
+    torch_seed_plans,
+    work_balanced_counts,
+)
 
 __all__ = ["CHUNK_SEARCH_SETTINGS", "ChunkSearch", "ChunkSearchResult", "TorchBaseline",
            "layout_options", "work_balanced_counts"]
-
-LAYOUTS = ("one", "loop", "v")
-
-#: torch's baselines per (problem digest, name, D, mode, capacity): the exact search takes
-#: seconds on 14-16 layers and its result depends on nothing else
-_BASELINES: dict[tuple[Any, ...], tuple[TorchBaseline, ...]] = {}
-
-CHUNK_SEARCH_SETTINGS = SettingsTable(
-    Setting("population", int, 64, "individuals per space", low=4),
-    Setting("elites", int, 2, "best distinct individuals a space keeps each generation "
-            "(below population)", low=1),
-    Setting("tournament", int, 3, "tournament size of the parent selection", low=1),
-    Setting("cxpb", float, 0.7, "probability that a pair of parents mates", low=0.0, high=1.0),
-    Setting("mutpb", float, 0.9, "probability that an offspring is mutated", low=0.0, high=1.0),
-    Setting("flip_rate", float, 2.0, "expected cut bits flipped per mutated chromosome "
-            "(forward, backward, weight-gradient each)", low=0.0),
-    Setting("shift_rate", float, 1.0, "expected microbatch boundaries moved by one sample per "
-            "mutated chromosome", low=0.0),
-    Setting("cap_rate", float, 1.0, "expected cap and w_cap genes redrawn per mutated "
-            "offspring", low=0.0),
-    Setting("live", int, 6, "spaces (layout, partition, split) searched at a time", low=1),
-    Setting("epoch", int, 10, "generations of each live space between outer moves", low=1),
-    Setting("split", str, "auto", "auto: split and unsplit backwards where the problem has "
-            "split-backward costs, else unsplit; yes: split only; no: unsplit only",
-            choices=("auto", "yes", "no")),
-    Setting("layouts", str, "one,loop,v", "the layouts searched (comma-separated subset of "
-            "one, loop, v)"),
-    Setting("threads", int, 1, "evaluator threads (results do not depend on it)", low=1),
-)
-
-
-@dataclass(frozen=True)
-class TorchBaseline:
-    """One torch schedule's best choice (:class:`~umpipe_bench.torch_schedules.best.
-    ScheduleChoice`), or why it has none; ``exact``: the chunk rule reproduces its lists."""
-
-    schedule: str
-    exact: bool
-    T: float | None
-    v: int | None = None
-    M: int | None = None
-    counts: tuple[int, ...] | None = None
-    reason: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schedule": self.schedule, "exact": self.exact, "T": self.T, "v": self.v,
-                "M": self.M, "partition": None if self.counts is None else list(self.counts),
-                "reason": self.reason or None}
-
-
-@dataclass
-class ChunkSearchResult:
-    """What :meth:`ChunkSearch.plan` returns."""
-
-    plan: ChunkPlan
-    iteration_time: float
-    peak_memory: list[float] | None
-    baselines: list[TorchBaseline]
-    evaluations: int = 0
-    generations: int = 0
-    spaces: int = 0
-    wall_time: float = 0.0
-    seed: int | None = None
-    start_time: float = math.inf  # best T of the seeded populations
-    memory_cap: float | None = None
-    history: History = field(default_factory=History)
-    settings: dict[str, Any] = field(default_factory=dict)
-
-    def best_torch(self, exact_only: bool = False) -> TorchBaseline | None:
-        """The fastest torch schedule that fits (``exact_only``: among those the rule
-        reproduces)."""
-        ok = [b for b in self.baselines if b.T is not None and (b.exact or not exact_only)]
-        return min(ok, key=lambda b: b.T) if ok else None  # type: ignore[arg-type,return-value]
-
-    def speedup_vs(self, base: TorchBaseline | None) -> float | None:
-        """``T_base / T - 1`` (negative: the torch schedule is faster)."""
-        if base is None or base.T is None:
-            return None
-        return base.T / self.iteration_time - 1.0
-
-
-def layout_options(L: int, D: int, layouts: tuple[str, ...] = LAYOUTS
-                   ) -> list[tuple[str, int]]:
-    """``(layout, v)`` of every layout searched on ``L`` layers and ``D`` devices: ``one``,
-    ``loop`` with ``v = 2..4`` where ``v D <= L``, ``v`` where ``2 D <= L``."""
-    out: list[tuple[str, int]] = []
-    if "one" in layouts and D <= L:
-        out.append(("one", 1))
-    if "loop" in layouts:
-        out += [("loop", v) for v in (2, 3, 4) if v * D <= L]
-    if "v" in layouts and 2 * D <= L:
-        out.append(("v", 2))
-    return out
-
-
-def work_balanced_counts(work: np.ndarray, C: int) -> tuple[int, ...]:
-    """The contiguous partition of layers with per-layer ``work`` into ``C`` chunks whose
-    largest chunk sum is least (ties: the first found by the dynamic programme)."""
-    L = len(work)
-    pre = np.concatenate([[0.0], np.cumsum(work)])
-    best = np.full((C + 1, L + 1), np.inf)
-    arg = np.zeros((C + 1, L + 1), dtype=np.int64)
-    best[0, 0] = 0.0
-    for c in range(1, C + 1):
-        for j in range(c, L - (C - c) + 1):
-            for i in range(c - 1, j):
-                x = max(best[c - 1, i], pre[j] - pre[i])
-                if x < best[c, j]:
-                    best[c, j], arg[c, j] = x, i
-    counts, j = [], L
-    for c in range(C, 0, -1):
-        i = int(arg[c, j])
-        counts.append(j - i)
-        j = i
-    return tuple(reversed(counts))
-
-
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
-
-
-class _Space:
-    """One space under search: its objective, population, times and best."""
-
-    def __init__(self, space: ChunkSpace, objective: ChunkObjective, order: int) -> None:
-        self.space, self.objective, self.order = space, objective, order
-        self.pop: ChunkGenomes | None = None
-        self.T = np.zeros(0)
-        self.best_T = math.inf
-        self.best_row: ChunkGenomes | None = None
-        self.generations = 0
-
-    def set_population(self, pop: ChunkGenomes, T: np.ndarray) -> None:
-        self.pop, self.T = pop, T
-        if len(T):
-            i = int(np.argmin(T))
-            if T[i] < self.best_T:
-                self.best_T, self.best_row = float(T[i]), pop.row(i).copy()
-
 
 class ChunkSearch:
     """The chunk-plan planner (module docstring). Settings: :data:`CHUNK_SEARCH_SETTINGS`."""
@@ -337,26 +211,7 @@ class _Run:
 
     # ------------------------------------------------------------------ baselines
     def baselines(self) -> list[TorchBaseline]:
-        from ...chunk_torch import REPRODUCED
-        from ...torch_schedules.best import schedule_table
-
-        key = (self.problem.digest(split=True), self.problem.name, self.D, self.mode, self.cap)
-        if key in _BASELINES:
-            return list(_BASELINES[key])
-        rows = schedule_table(self.problem, self.D, self.mode, self.cap)
-        out = []
-        for r in rows:
-            c = r.choice
-            if c is None:
-                out.append(TorchBaseline(r.schedule, r.schedule in REPRODUCED, None,
-                                         reason=r.reason))
-            else:
-                out.append(TorchBaseline(r.schedule, r.schedule in REPRODUCED, float(c.T), c.v,
-                                         c.M, tuple(c.counts)))
-        if len(_BASELINES) >= 64:
-            _BASELINES.pop(next(iter(_BASELINES)))
-        _BASELINES[key] = tuple(out)
-        return out
+        return torch_baselines(self.problem, self.D, self.mode, self.cap)
 
     # ------------------------------------------------------------------ spaces and seeds
     def make_space(self, layout: str, counts: tuple[int, ...], split: bool) -> _Space:
@@ -367,36 +222,7 @@ class _Run:
         return sp
 
     def seed_plans(self, space: ChunkSpace) -> list[ChunkPlan]:
-        """The equal plans of torch's schedules of the space's layout at every ``M`` torch
-        accepts, made split or unsplit as the space is (module docstring, step 2)."""
-        from ...chunk_torch import torch_plan
-        from ...torch_schedules import ScheduleShapeError, check, schedule_info
-        from ...torch_schedules.orders import TORCH_SCHEDULES
-
-        D, B, v = space.D, space.B, space.v
-        out: list[ChunkPlan] = []
-        for name in TORCH_SCHEDULES:
-            info = schedule_info(name)
-            fits = (info.layout == space.layout or
-                    (info.layout == "loop" and space.layout == "one"))  # loop v=1 is one
-            if not fits:
-                continue
-            vv = None if info.layout == "one" else (v if info.layout == "loop" else 2)
-            for M in _divisors(B):
-                try:
-                    check(info.name, D, M, vv)
-                    plan = torch_plan(info.name, D, M, space.layers, B, space.mode)
-                except (ScheduleShapeError, UmpipeError):
-                    continue
-                if plan.layout != space.layout:
-                    plan = plan.replace(layout=space.layout)
-                m = B // M
-                if plan.split and not space.split:
-                    plan = plan.replace(split=False)
-                elif space.split and not plan.split:
-                    plan = plan.replace(split=True, w_caps=tuple(d * m for d in range(D)))
-                out.append(space.canonical(plan))
-        return out
+        return torch_seed_plans(space)
 
     def fill(self, sp: _Space, want: int) -> ChunkGenomes:
         """``want`` new rows for a space: half mutated copies of its population (when it has
@@ -405,12 +231,12 @@ class _Run:
         k_mut = want // 2 if sp.pop is not None and len(sp.T) else 0
         if k_mut:
             pick = self.rng.integers(0, len(sp.T), size=k_mut)
-            parts.append(self.mutate(sp.space, _take(sp.pop, pick), np.ones(k_mut, bool),
-                                     strength=2.0))
+            parts.append(mutate(self.rng, self.s, sp.space, take(sp.pop, pick),
+                                np.ones(k_mut, bool), strength=2.0))
         if want - k_mut:
             parts.append(sp.space.random(self.rng, want - k_mut))
         pop = ChunkGenomes.concat(parts) if len(parts) > 1 else parts[0]
-        return _stash_tied(sp.space, pop)
+        return stash_tied(sp.space, pop)
 
     def search(self, layouts: list[tuple[str, int]], splits: list[bool],
                baselines: list[TorchBaseline]) -> None:
@@ -437,7 +263,7 @@ class _Run:
                     seeds = sp.space.encode(self.seed_plans(sp.space))
                     spaces.append((sp, seeds))
         # every seed first (the guarantee), then the rest of each population
-        nseed = sum(len(_unique(g)) for _, g in spaces)
+        nseed = sum(len(unique(g)) for _, g in spaces)
         capn = self.termination.budget.evaluations
         if capn is not None and capn < nseed:
             raise PlannerError(f"planner {self.owner.name!r}: budget evals:{capn} is too small "
@@ -446,14 +272,14 @@ class _Run:
                                f"evaluations; use at least evals:{nseed}")
         P = int(self.s["population"])
         for sp, seeds in spaces:
-            u = _unique(seeds)
+            u = unique(seeds)
             if len(u):
                 sp.set_population(u, self.evaluate(sp, u))
         self.start_time = self.best_T
         for sp, _ in spaces:
             if sp.pop is not None and len(sp.T) >= P:
                 keep = np.argsort(sp.T, kind="stable")[:P]
-                sp.set_population(_take(sp.pop, keep), sp.T[keep])
+                sp.set_population(take(sp.pop, keep), sp.T[keep])
                 continue
             want = min(P - len(sp.T), self._room())
             if want <= 0 or self.reached(want):
@@ -463,7 +289,7 @@ class _Run:
             if sp.pop is None:
                 sp.set_population(extra, T)
             else:
-                sp.set_population(_stash_tied(sp.space, ChunkGenomes.concat([sp.pop, extra])),
+                sp.set_population(stash_tied(sp.space, ChunkGenomes.concat([sp.pop, extra])),
                                   np.concatenate([sp.T, T]))
         self.record()
         live = sorted((sp for sp, _ in spaces if sp.pop is not None and len(sp.T) >= 2),
@@ -508,131 +334,24 @@ class _Run:
         N = len(T)
         E = min(int(self.s["elites"]), N - 1)
         n = N - E
-        elite = _elite_rows(pop, T, E)
-        parents = self.select(T, n)
-        kids = _take(pop, parents)
-        kids = self.crossover(sp.space, kids)
+        elite = elite_rows(pop, T, E)
+        parents = select(self.rng, T, n, int(self.s["tournament"]))
+        kids = take(pop, parents)
+        kids = crossover(self.rng, sp.space, kids, float(self.s["cxpb"]))
         mut = self.rng.random(n) < float(self.s["mutpb"])
-        kids = self.mutate(sp.space, kids, mut)
-        kids = _stash_tied(sp.space, kids)
-        changed = _differs(kids, _take(pop, parents))
+        kids = mutate(self.rng, self.s, sp.space, kids, mut)
+        kids = stash_tied(sp.space, kids)
+        changed = differs(kids, take(pop, parents))
         Tk = T[parents].copy()
         idx = np.flatnonzero(changed)
         if len(idx):
-            Tk[idx] = self.evaluate(sp, _take(kids, idx))
-        newpop = ChunkGenomes.concat([_take(pop, elite), kids])
-        newpop = _stash_tied(sp.space, newpop)
+            Tk[idx] = self.evaluate(sp, take(kids, idx))
+        newpop = ChunkGenomes.concat([take(pop, elite), kids])
+        newpop = stash_tied(sp.space, newpop)
         sp.set_population(newpop, np.concatenate([T[elite], Tk]))
         sp.generations += 1
         self.generations += 1
         self.record()
-
-    def select(self, T: np.ndarray, n: int) -> np.ndarray:
-        k = int(self.s["tournament"])
-        idx = self.rng.integers(0, len(T), size=(n, k))
-        return idx[np.arange(n), np.argmin(T[idx], axis=1)]
-
-    def crossover(self, space: ChunkSpace, kids: ChunkGenomes) -> ChunkGenomes:
-        """Pairs ``(0, 1), (2, 3), ...`` mate with probability ``cxpb``: each chunk row of each
-        chromosome, each device's cap and ``w_cap``, each chunk's lags and the group come from
-        either parent (uniform, per row)."""
-        n = len(kids)
-        npair = n // 2
-        if npair == 0:
-            return kids
-        g = kids.copy()
-        mate = self.rng.random(npair) < float(self.s["cxpb"])
-        a = np.flatnonzero(mate) * 2
-        if len(a) == 0:
-            return g
-        b = a + 1
-        C, D = space.C, space.D
-        fields = ["fwd", *(["bwd"] if space.mode == "recompute" else []),
-                  *(["wgt", "w_caps"] if space.split else []), "caps", "fwd_lag", "bwd_lag",
-                  "group"]
-        for name in fields:
-            x = getattr(g, name)
-            width = {"caps": D, "w_caps": D, "group": 0}.get(name, C)
-            if width:
-                swap = self.rng.random((len(a), width)) < 0.5
-                xa, xb = x[a].copy(), x[b].copy()
-                if x.ndim == 3:
-                    m = swap[:, :, None]
-                else:
-                    m = swap
-                x[a] = np.where(m, xb, xa)
-                x[b] = np.where(m, xa, xb)
-            else:
-                swap = self.rng.random(len(a)) < 0.5
-                xa, xb = x[a].copy(), x[b].copy()
-                x[a] = np.where(swap, xb, xa)
-                x[b] = np.where(swap, xa, xb)
-        return g
-
-    def mutate(self, space: ChunkSpace, kids: ChunkGenomes, which: np.ndarray,
-               strength: float = 1.0) -> ChunkGenomes:
-        """Mutate the rows where ``which`` holds (module docstring, step 3)."""
-        g = kids.copy()
-        rows = np.flatnonzero(which)
-        if len(rows) == 0:
-            return g
-        rng, s = self.rng, self.s
-        n, C, D, B = len(rows), space.C, space.D, space.B
-        L = B - 1
-        K = space.no_cap
-        chroms = ["fwd"] + (["bwd"] if space.mode == "recompute" else []) \
-            + (["wgt"] if space.split else [])
-        if L > 0:
-            for name in chroms:
-                x = getattr(g, name)
-                sub = x[rows]
-                flip = rng.random(sub.shape) < min(1.0, strength * float(s["flip_rate"])
-                                                   / (C * L))
-                sub ^= flip.astype(np.uint8)
-                # shifts: swap the bits at i and i+1 of one row
-                nshift = rng.poisson(strength * float(s["shift_rate"]), size=n)
-                for r in np.flatnonzero(nshift):
-                    for _ in range(int(nshift[r])):
-                        c = int(rng.integers(0, C))
-                        if L >= 2:
-                            i = int(rng.integers(0, L - 1))
-                            sub[r, c, i], sub[r, c, i + 1] = sub[r, c, i + 1], sub[r, c, i]
-                # copy one chunk's row to another
-                cp = rng.random(n) < 0.1 * strength
-                for r in np.flatnonzero(cp):
-                    c1, c2 = rng.integers(0, C, size=2)
-                    sub[r, c2] = sub[r, c1]
-                x[rows] = sub
-        # caps and w_caps: near the old value, anywhere, or no cap
-        for name, lo in (("caps", 1), ("w_caps", 0)) if space.split else (("caps", 1),):
-            x = getattr(g, name)
-            sub = x[rows].copy()
-            hit = rng.random((n, D)) < min(1.0, strength * float(s["cap_rate"]) / D)
-            u = rng.random((n, D))
-            near = np.rint(np.maximum(sub, 1) * np.exp(rng.uniform(-0.7, 0.7, (n, D)))
-                           + rng.integers(-1, 2, (n, D)))
-            anywhere = rng.integers(lo, K + 1, (n, D))
-            new = np.where(u < 0.1, K, np.where(u < 0.6, near, anywhere))
-            new = np.clip(new, lo, K).astype(np.int64)
-            x[rows] = np.where(hit, new, sub)
-        # the group: near, anywhere, one round
-        gr = g.group[rows].copy()
-        hit = rng.random(n) < 0.15 * strength
-        u = rng.random(n)
-        near = np.rint(gr * np.exp(rng.uniform(-0.7, 0.7, n)))
-        new = np.where(u < 0.2, B, np.where(u < 0.6, near, rng.integers(1, B + 1, n)))
-        g.group[rows] = np.where(hit, np.clip(new, 1, B), gr).astype(np.int64)
-        # lags: per chunk, near, anywhere in 0..B, or none
-        for name in ("fwd_lag", "bwd_lag"):
-            x = getattr(g, name)
-            sub = x[rows].copy()
-            hit = rng.random((n, C)) < min(1.0, 0.5 * strength / C)
-            u = rng.random((n, C))
-            step = rng.integers(1, max(2, B // 4 + 1), (n, C)) * rng.choice([-1, 1], (n, C))
-            new = np.where(u < 0.3, 0, np.where(u < 0.7, sub + step,
-                                                 rng.integers(0, B + 1, (n, C))))
-            x[rows] = np.where(hit, np.clip(new, 0, space.max_lag), sub).astype(np.int64)
-        return g
 
     # ------------------------------------------------------------------ outer moves
     def neighbour(self, parent: _Space) -> _Space | None:
@@ -679,68 +398,3 @@ class _Run:
             baselines=baselines, evaluations=self.evaluations, generations=self.generations,
             spaces=len(self.visited), start_time=self.start_time, memory_cap=self.cap,
             history=self.history, settings=dict(self.s))
-
-
-# ---------------------------------------------------------------------- genome helpers
-def _take(g: ChunkGenomes, idx: np.ndarray) -> ChunkGenomes:
-    """Rows ``idx`` as a new batch (copies; ``bwd`` stays ``fwd`` when it was)."""
-    idx = np.asarray(idx, dtype=np.int64)
-    out = {f: getattr(g, f)[idx] for f in ChunkGenomes._FIELDS}
-    if g.bwd is g.fwd:
-        out["bwd"] = out["fwd"]
-    return ChunkGenomes(**out)
-
-
-def _stash_tied(space: ChunkSpace, g: ChunkGenomes) -> ChunkGenomes:
-    """In stash mode the backward chromosome is the forward one (the same array)."""
-    if space.mode == "stash" and g.bwd is not g.fwd:
-        return dataclasses.replace(g, bwd=g.fwd)
-    return g
-
-
-def _keys(g: ChunkGenomes) -> list[bytes]:
-    N = len(g)
-    parts = [np.ascontiguousarray(getattr(g, f)).reshape(N, -1).view(np.uint8)
-             for f in ChunkGenomes._FIELDS]
-    flat = np.concatenate(parts, axis=1)
-    return [flat[i].tobytes() for i in range(N)]
-
-
-def _unique(g: ChunkGenomes) -> ChunkGenomes:
-    """The batch without repeated rows (first kept)."""
-    seen: set[bytes] = set()
-    keep = []
-    for i, k in enumerate(_keys(g)):
-        if k not in seen:
-            seen.add(k)
-            keep.append(i)
-    return _take(g, np.array(keep, dtype=np.int64))
-
-
-def _elite_rows(g: ChunkGenomes, T: np.ndarray, E: int) -> np.ndarray:
-    """The ``E`` best distinct rows (stable order by T); repeats fill in when too few."""
-    order = np.argsort(T, kind="stable")
-    keys = _keys(g)
-    seen: set[bytes] = set()
-    out: list[int] = []
-    for i in order:
-        if keys[i] not in seen:
-            seen.add(keys[i])
-            out.append(int(i))
-            if len(out) == E:
-                break
-    for i in order:
-        if len(out) == E:
-            break
-        if int(i) not in out:
-            out.append(int(i))
-    return np.array(out, dtype=np.int64)
-
-
-def _differs(a: ChunkGenomes, b: ChunkGenomes) -> np.ndarray:
-    N = len(a)
-    out = np.zeros(N, dtype=bool)
-    for f in ChunkGenomes._FIELDS:
-        x, y = getattr(a, f), getattr(b, f)
-        out |= np.any((x != y).reshape(N, -1), axis=1)
-    return out
