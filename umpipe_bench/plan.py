@@ -184,8 +184,15 @@ class Plan:
         )
 
     def describe(self) -> str:
+        """``EDP(M)`` or ``UEDP``, with the caps; more than :data:`DESCRIBE_CAPS` stages
+        give the caps shortened (runs of one value as ``value xN``, then the first and last
+        few)."""
         name = f"EDP({len(self.fwd[0])})" if self.is_edp() else "UEDP"
-        return name if self.caps is None else f"{name} caps={list(self.caps)}"
+        if self.caps is None:
+            return name
+        if len(self.caps) <= DESCRIBE_CAPS:
+            return f"{name} caps={list(self.caps)}"
+        return f"{name} caps=[{_short_list(self.caps)}]"
 
     def effective_caps(self) -> tuple[int, ...]:
         """``K[s]`` with "no cap" written as ``B`` (every cap >= B gives the GPipe lists)."""
@@ -321,6 +328,26 @@ class Plan:
         if msg is not None:
             (warn or _warn)(msg)
         return self.validate(problem)
+
+
+#: :meth:`Plan.describe` lists every cap up to this many stages, and shortens longer lists.
+DESCRIBE_CAPS = 16
+
+
+def _short_list(values: Sequence[int], keep: int = 4) -> str:
+    """``2048 x113, 1920, 1792, ... (8 more), 256, 128``: runs of one value as ``v xN``, then
+    the first and last ``keep`` items when there are more than ``2 * keep + 1``."""
+    runs: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        runs.append(f"{values[i]} x{j - i + 1}" if j > i else str(values[i]))
+        i = j + 1
+    if len(runs) > 2 * keep + 1:
+        runs = [*runs[:keep], f"... ({len(runs) - 2 * keep} more)", *runs[-keep:]]
+    return ", ".join(runs)
 
 
 def _warn(msg: str) -> None:
