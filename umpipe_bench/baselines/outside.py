@@ -33,7 +33,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from umpipe_bench.api import PipelineObjective
-from umpipe_bench.codec import edp_bits
 from umpipe_bench.plan import Plan
 from umpipe_bench.planners.search.base import Budget, PlannerError
 from umpipe_bench.planners.search.loop import SearchAlgorithm, SearchPlanner, TrackedAlgorithm
@@ -69,11 +68,7 @@ class LibraryAlgorithm(TrackedAlgorithm):
         self.popsize = int(settings["popsize"])
 
     def setup(self, evaluate: Any) -> None:
-        S, B = self.obj.problem.S, self.obj.problem.B
-        X = np.stack([self.obj.space.join(edp_bits(S, B, M)) for M in range(1, B + 1)])
-        T = evaluate(X)
-        self.start_time = float(np.min(T))
-        self.x0 = X[int(np.argmin(T))]
+        self.x0, self.start_time = self.obj.edp_scan(evaluate)  # B counted evaluations
         self._start()
 
     def ask_size(self) -> int:

@@ -66,29 +66,29 @@ class EdpScan:
 
 
 class _Scan:
-    """A scan in progress: its evaluator and the chunks done so far (the cache's value)."""
+    """A scan in progress: its evaluator and the M scanned so far, ``1..n`` (the cache's
+    value; the arrays are filled in place, so a snapshot is a view, not a copy)."""
 
     def __init__(self, ev: FamilyEvaluator, schedule: str) -> None:
         self.ev, self.schedule = ev, schedule
-        self.times: list[np.ndarray] = []
-        self.peaks: list[np.ndarray] = []
+        self.times = np.empty(ev.B)
+        self.peaks = np.empty((ev.B, ev.S))
+        self.fits = np.empty(ev.B, dtype=bool)
         self.n = 0
         self.view: EdpScan | None = None
         self.lock = threading.Lock()  # one thread extends a scan at a time
 
     def add(self, times: np.ndarray, peaks: np.ndarray) -> None:
-        self.times.append(times)
-        self.peaks.append(peaks)
-        self.n += len(times)
+        a, b = self.n, self.n + len(times)
+        self.times[a:b], self.peaks[a:b], self.fits[a:b] = times, peaks, self.ev.fits(peaks)
+        self.n = b
         self.view = None
 
     def snapshot(self) -> EdpScan:
         if self.view is None:
-            S = self.ev.S
-            times = np.concatenate(self.times) if self.times else np.zeros(0)
-            peaks = np.concatenate(self.peaks) if self.peaks else np.zeros((0, S))
-            self.view = EdpScan(times, peaks, self.ev.fits(peaks), self.ev.capacity,
-                                self.ev.B)
+            n = self.n
+            self.view = EdpScan(self.times[:n], self.peaks[:n], self.fits[:n],
+                                self.ev.capacity, self.ev.B)
         return self.view
 
 
@@ -307,6 +307,14 @@ def edp_reference(problem: Problem, mode: str = "stash", partial: bool = False
     ``partial``: of the M scanned before the running plan's time budget ended (the run's
     clock, :mod:`.clock`), named in :attr:`EdpReference.incomplete`."""
     found, errors, incomplete = {}, {}, {}
+    if partial:  # both scans advance together, so a time budget cuts them at the same M
+        clock, B = current(), problem.B
+        step = chunk_rows(problem.S, B, _threads())
+        goal = step
+        while goal < B and not clock.expired():
+            for schedule in SCHEDULES:
+                edp_scan(problem, mode, schedule, upto=goal)
+            goal += step
     for schedule in SCHEDULES:
         try:
             M, T = best_edp(problem, mode, schedule, partial=partial)
