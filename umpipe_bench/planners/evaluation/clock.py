@@ -107,6 +107,18 @@ class RunClock:
             budget = "" if self.seconds is None else f" secs:{self.seconds:g}"
             raise TimeUp(f"the time budget{budget} ended during {self.phase}")
 
+    @contextmanager
+    def share(self, fraction: float) -> Iterator[RunClock]:
+        """Within the block, the deadline is ``fraction`` of the time budget after the start
+        (no earlier than it is): a phase that may take only part of the budget."""
+        end = self.end
+        if self.seconds is not None:
+            self.end = min(end, self.start + fraction * self.seconds)
+        try:
+            yield self
+        finally:
+            self.end = end
+
     def stop(self, why: str) -> None:
         """Mark the run as ended (``"time"``, ``"interrupted"``): from now on every phase
         that checks the clock does no new work."""
