@@ -227,3 +227,39 @@ def test_a_long_caps_list_is_shortened_in_the_summary():
     small = Plan.edp(4, 8, 2, "stash").with_caps((8, 8, 6, 4))
     assert small.describe() == "EDP(2) caps=[8, 8, 6, 4]"
 
+
+
+def test_the_optuna_planners_read_the_clock_inside_an_ask():
+    """An ask of Optuna's samplers is one suggestion per gene (a batch of 32 trials at 8,160
+    genes takes seconds): past the deadline it stops between blocks of them."""
+    pytest.importorskip("optuna")
+    from umpipe_bench.api import PipelineObjective
+    from umpipe_bench.baselines import outside
+    from umpipe_bench.baselines.optuna_planner import OptunaTPE, TPEAlgorithm
+
+    problem = get_problem("vgg16")
+    obj = PipelineObjective(problem, "stash")
+    ga = outside._NSGA2(obj, dict(outside.OptunaGA().config), 0, None)
+    ga.x0, ga.start_time = obj.start_genome(), 1.0
+    ga._start()
+    tpe = TPEAlgorithm(problem, "stash", dict(OptunaTPE().config), 0)
+    with running(RunClock(seconds=0.0)):
+        with pytest.raises(TimeUp):
+            ga._ask()
+        with pytest.raises(TimeUp):
+            tpe.ask()
+    assert ga._ask().shape == (ga.popsize, obj.space.dimension)  # no clock: the whole batch
+
+
+@pytest.mark.parametrize("name", ["cmaes", "optuna-cmaes"])
+def test_cma_refuses_a_genome_whose_calls_cannot_be_interrupted(name):
+    pytest.importorskip("cmaes")
+    from umpipe_bench.baselines.outside import CMA_MAX_GENES
+    from umpipe_bench.errors import InputError
+
+    planner = get_planner(name)
+    problem = synthetic_problem(32, 256, 0)  # 8,160 genes
+    with pytest.raises(InputError, match=f"8,160 genes, over the {CMA_MAX_GENES:,}"):
+        planner.check_run(problem, "stash", dict(planner.config), Budget(evaluations=10**6))
+    planner.check_run(get_problem("vgg16"), "recompute", dict(planner.config),
+                      Budget(evaluations=10**6))  # 992 genes

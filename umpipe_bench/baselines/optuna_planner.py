@@ -31,6 +31,7 @@ from umpipe_bench.planners.search.loop import (
     SearchPlanner,
     TrackedAlgorithm,
 )
+from umpipe_bench.planners.search.seeding import EDP_BLOCK_BYTES
 from umpipe_bench.planners.search.settings import Setting, SettingsTable
 from umpipe_bench.problem import Problem
 
@@ -59,11 +60,17 @@ class TPEAlgorithm(TrackedAlgorithm):
         self._trial: Any = None
 
     def _decode(self, trial: Any) -> Genomes:
+        """The trial's genome, one ``suggest_int`` per parameter (TPE's cost: at S = 128,
+        B = 2048 a trial is 262,016 of them, so the run's clock is read between stages)."""
+        from umpipe_bench.planners.evaluation.clock import current
+
+        clock = current()
         S, B = self.S, self.B
         chrom = {}
         for d in self.dirs:
             arr = np.zeros((1, S, B - 1), dtype=np.uint8)
             for st in range(S):
+                clock.check()
                 if self.s["encoding"] == "bits":
                     for i in range(B - 1):
                         arr[0, st, i] = trial.suggest_int(f"{d}{st}_{i}", 0, 1)
@@ -76,8 +83,11 @@ class TPEAlgorithm(TrackedAlgorithm):
         if not self.s["seed_edp"]:
             return
         S, B = self.S, self.B
-        edp = np.stack([edp_bits(S, B, M) for M in range(1, B + 1)])
-        T = evaluate(Genomes(edp, edp))
+        T = np.empty(B)
+        step = max(1, EDP_BLOCK_BYTES // max(1, S * (B - 1)))
+        for a in range(1, B + 1, step):  # in blocks: all B plans at once can be 0.5 GiB
+            edp = np.stack([edp_bits(S, B, M) for M in range(a, min(B, a + step - 1) + 1)])
+            T[a - 1:a - 1 + len(edp)] = evaluate(Genomes(edp, edp))
         M = int(np.argmin(T)) + 1
         self.start_time = float(T[M - 1])
         if self.s["encoding"] == "bits":

@@ -20,6 +20,10 @@ a few milliseconds typically). Between two calls:
 * SIGINT and SIGTERM raise (``KeyboardInterrupt``, :class:`~umpipe_bench.errors.Terminated`),
   and the search loop ends the same way.
 
+A library's own call (an outside optimizer's ask or tell) cannot be cut; the outside planners
+read the clock between their calls, and the CMA-ES ones refuse genomes so long that one call
+takes seconds (:mod:`umpipe_bench.baselines.outside`).
+
 The clock of the running plan is ambient (:func:`current`), so a scan deep inside a phase
 (:mod:`..evaluation.reference`, :func:`..algorithms.greedy.greedy_dp_plan`) checks the same
 deadline without a clock passed down to it. Outside a run :func:`current` is a clock without a
