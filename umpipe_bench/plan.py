@@ -363,6 +363,8 @@ _META = sc.Obj((
     sc.Field("problem", sc.Str()),
     sc.Field("problem_digest", sc.Str(nonempty=True)),
     sc.Field("seed", sc.Int(*sc.SEED_RANGE, nullable=True)),
+    # the signal that ended the run (the plan is the best found until then)
+    sc.Field("interrupted", sc.Str(choices=("SIGINT", "SIGTERM", "SIGHUP"))),
 ), open=True, what="an object of metadata")
 #: The plan file's schema (docs/MODEL.md §2). ``meta`` may hold other keys (free-form notes);
 #: the listed ones are typed. Relations (sums, ``Q == P`` in stash mode) are :class:`Plan`'s.

@@ -105,12 +105,11 @@ def run(args: argparse.Namespace) -> int:
             lb = lower_bound(problem, args.mode)
             with clock.share(REFERENCE_SHARE):
                 edp_reference(problem, args.mode, partial=True)
-        except KeyboardInterrupt as exc:  # before the planner: the best EDP plan scanned
-            clock.stop("interrupted")
-            res = _edp_result(planner.name, problem, args, exc, clock.phase)
-        else:
             res = planner.plan(problem, mode=args.mode, budget=budget, seed=args.seed,
                                progress=clock.progress, clock=clock, partial=True)
+        except KeyboardInterrupt as exc:  # outside the search: the best EDP plan scanned
+            clock.stop("interrupted")
+            res = _edp_result(planner.name, problem, args, exc, clock.phase)
         if res.interrupted is not None:
             clock.stop("interrupted")  # no new work: save the plan and go
         tl = simulate(problem, res.plan, res.schedule)
@@ -169,8 +168,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _edp_result(planner: str, problem: Any, args: argparse.Namespace,
                 exc: KeyboardInterrupt, phase: str) -> Any:
-    """The best EDP plan the interrupted reference scans reached, as the run's result (the
-    signal re-raised when they reached none)."""
+    """The best EDP plan the reference scans reached, as the result of a run a signal ended
+    outside the planner's search (the signal re-raised when they reached none)."""
     from ..errors import MemoryCapError
     from ..planners.search.base import PlanResult, annotate_result
     from ..planners.search.loop import never_worse_than_edp
@@ -181,8 +180,8 @@ def _edp_result(planner: str, problem: Any, args: argparse.Namespace,
         raise exc from None
     res = PlanResult(planner=planner, plan=plan, iteration_time=T, schedule=schedule,
                      seed=args.seed, interrupted=exc,
-                     stopped=f"{exc or 'interrupted'} during {phase}, before the planner "
-                     "started; the plan is the best EDP plan scanned")
+                     stopped=f"{exc or 'interrupted'} during {phase}; the plan is the best EDP "
+                     "plan scanned")
     return annotate_result(res, problem)
 
 

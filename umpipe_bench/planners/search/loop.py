@@ -303,7 +303,7 @@ class SearchLoop:
         if self.setup_done:
             try:
                 genome, T = algo.best()
-            except (IndexError, ValueError, PlannerError):
+            except (IndexError, ValueError):  # its setup was cut short
                 pass
             else:
                 if not self.best.value < T:
@@ -407,7 +407,7 @@ class SearchPlanner(Planner):
         return PlanResult(
             planner=self.name, plan=plan, iteration_time=T, schedule=schedule,
             evaluations=loop.evaluations,
-            start_time=algo.start_time if np.isfinite(algo.start_time) else None,
+            start_time=algo.start_time if loop.setup_done else None,
             history=loop.history, settings=self.result_settings(algo, objective, s),
             stopped=_stop_note(loop, clock), interrupted=loop.interrupted,
         )
