@@ -101,11 +101,12 @@ class RunClock:
         """The deadline has passed, or the run was stopped (:meth:`stop`)."""
         return self.stopped is not None or time.perf_counter() >= self.end
 
-    def check(self) -> None:
-        """:meth:`tick`, then :class:`TimeUp` if the deadline has passed (between two
-        compiled calls; the search loop catches it)."""
+    def check(self, need: float = 0.0) -> None:
+        """:meth:`tick`, then :class:`TimeUp` if the deadline has passed, or will within
+        ``need`` seconds (a call that long cannot end in time; between two compiled calls:
+        the search loop catches it)."""
         self.tick()
-        if self.stopped is None and time.perf_counter() >= self.end:
+        if self.stopped is None and time.perf_counter() + need >= self.end:
             self.stopped = "time"
         if self.stopped is not None:
             budget = "" if self.seconds is None else f" secs:{self.seconds:g}"

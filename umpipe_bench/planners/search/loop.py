@@ -314,10 +314,14 @@ class SearchLoop:
 
 
 def _chunk_rows(objective: Any) -> int | None:
-    """Rows per compiled call for ``objective`` (None: it has no problem to size them by)."""
+    """Rows per call for ``objective``: :func:`..evaluation.clock.chunk_rows` for a compiled
+    evaluator, one for the reference simulators (``backend`` python: DGAP's, a plan at a time
+    in Python, a thousand times slower a row); None: it has no problem to size them by."""
     problem = getattr(objective, "problem", None)
     if problem is None:
         return None
+    if getattr(objective, "backend", None) == "python":
+        return 1
     evaluator = getattr(objective, "evaluator", None)
     return chunk_rows(problem.S, problem.B, getattr(evaluator, "threads", 1))
 
