@@ -244,13 +244,17 @@ def run_study(study: Any, spec: TuneSpec, *, trials: int | None, timeout: float 
 
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    logger = optuna.logging.get_logger("optuna")
-    logger.addFilter(_signal_without_traceback)
+    # Optuna's trial messages come from its modules' loggers, through the handlers of its
+    # root logger: the filter goes on those
+    handlers = optuna.logging.get_logger("optuna").handlers
+    for h in handlers:
+        h.addFilter(_signal_without_traceback)
     try:
         study.optimize(objective, n_trials=trials, timeout=timeout,
                        show_progress_bar=progress, gc_after_trial=False)
     finally:
-        logger.removeFilter(_signal_without_traceback)
+        for h in handlers:
+            h.removeFilter(_signal_without_traceback)
         optuna.logging.set_verbosity(verbosity)
 
 

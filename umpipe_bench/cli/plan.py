@@ -20,6 +20,9 @@ from ._paths import path_arg
 #: (they are partial then, and the report says how far they got; a planner that needs them,
 #: as the schedule family's do, carries them on in its own seeding).
 REFERENCE_SHARE = 0.25
+#: Seconds at the end of a time budget (at most 5 % of it) left for what follows the search:
+#: the final plan, the report, the plan file and the process's exit (0.3-0.6 s here).
+FINISH_RESERVE = 0.5
 
 
 def _parse_sets(items: list[str] | None) -> dict[str, str]:
@@ -96,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     # time budget), then the planner, which stops where the clock says (docs/ARCHITECTURE.md,
     # "Budgets and signals")
     clock = planner.clock_for(budget, started,
-                              progress=not args.no_progress and sys.stderr.isatty())
+                              progress=not args.no_progress and sys.stderr.isatty(),
+                              reserve=min(FINISH_RESERVE, 0.05 * (budget.seconds or 0.0)))
     lb: float | None = None
     with running(clock):
         try:

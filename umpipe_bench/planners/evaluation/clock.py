@@ -61,7 +61,7 @@ def chunk_rows(S: int, B: int, threads: int = 1) -> int:
 
 class RunClock:
     """The deadline of one run (``seconds`` from ``start``, a ``time.perf_counter`` value;
-    None: no deadline), its current phase and its progress bar.
+    None: no deadline; less ``reserve``), its current phase and its progress bar.
 
     ``progress``: draw a tqdm bar (imported only then) that moves with every :meth:`tick`:
     elapsed seconds of a time budget, else evaluations of an evaluation budget, else
@@ -73,10 +73,13 @@ class RunClock:
 
     def __init__(self, seconds: float | None = None, start: float | None = None, *,
                  progress: bool = False, desc: str = "plan", evaluations: int | None = None,
-                 generations: int | None = None) -> None:
+                 generations: int | None = None, reserve: float = 0.0) -> None:
         self.start = time.perf_counter() if start is None else float(start)
         self.seconds = None if seconds is None else float(seconds)
-        self.end = float("inf") if seconds is None else self.start + float(seconds)
+        #: The deadline the phases check: ``reserve`` seconds before the budget's end, left
+        #: for what follows them (the final plan, a command's report and exit).
+        self.end = (float("inf") if seconds is None
+                    else self.start + max(0.0, float(seconds) - reserve))
         #: What the run is doing (shown on the bar and named when the deadline passes in it).
         self.phase = "setup"
         #: Why the run ended early: None, ``"time"`` or ``"interrupted"``.

@@ -151,15 +151,16 @@ class Planner:
         """Range checks beyond the types (hook); raise :class:`PlannerError`."""
         return settings
 
-    def clock_for(self, budget: Budget, start: float | None = None, progress: bool = False
-                  ) -> RunClock:
+    def clock_for(self, budget: Budget, start: float | None = None, progress: bool = False,
+                  reserve: float = 0.0) -> RunClock:
         """The clock of a run under ``budget`` started at ``start`` (a ``time.perf_counter()``
-        value; default: now): its deadline is the budget's seconds when :attr:`timed`."""
+        value; default: now): its deadline is the budget's seconds when :attr:`timed`, less
+        ``reserve`` (time left for what the caller does after the run)."""
         from ..evaluation.clock import RunClock
 
         return RunClock(budget.seconds if self.timed else None, start, progress=progress,
                         desc=self.name, evaluations=budget.evaluations,
-                        generations=budget.generations)
+                        generations=budget.generations, reserve=reserve)
 
     def budget_for(self, problem: Problem) -> str:
         """The budget :meth:`plan` uses on ``problem`` when given none (hook; here
