@@ -264,3 +264,27 @@ def test_cma_refuses_a_genome_whose_calls_cannot_be_interrupted(name):
         with pytest.raises(InputError, match=f"{genes} genes, over the {CMA_MAX_GENES:,}"):
             planner.check_run(problem, mode, dict(planner.config), budget)
     planner.check_run(get_problem("vgg16"), "stash", dict(planner.config), budget)  # 496
+
+
+def test_a_one_shot_planner_says_it_ignores_a_time_budget(capsys):
+    from umpipe_bench.cli import main
+
+    for planner, warned in (("gpipe", True), ("1f1b", True), ("tidgap", False)):
+        assert main(["plan", "--problem", "sim-s2-b8-s0", "--planner", planner, "--budget",
+                     "secs:1", "--json", "--no-progress"]) == 0
+        err = capsys.readouterr().err
+        assert ("ignores the time budget secs:1" in err) is warned, (planner, err)
+
+
+def test_the_tuned_planner_runs_on_the_run_clock(big):
+    """tidgap-tuned runs TiDGAP on the caller's clock, not on one of its own: a deadline
+    passed before the planner starts ends it in its seeding."""
+    planner = get_planner("tidgap-tuned")
+    assert planner.timed
+    res = planner.plan(big, mode="stash", budget="secs:0.001", seed=0)
+    assert res.planner == "tidgap-tuned"
+    assert res.stopped is not None and "during seeding" in res.stopped
+    clock = planner.clock_for(Budget.parse("secs:100"))
+    clock.end = clock.start  # the command's deadline has passed already
+    res = planner.plan(big, mode="stash", budget="secs:100", seed=0, clock=clock)
+    assert res.stopped is not None and "during seeding" in res.stopped

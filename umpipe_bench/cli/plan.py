@@ -94,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
     settings = _parse_sets(args.settings)
     planner = planner_class(args.planner)(**settings)
     budget = Budget.parse(args.budget or planner.budget_for(problem))
+    if budget.seconds is not None and not planner.timed:
+        print(f"umpipe-bench plan: warning: planner {planner.name!r} is a one-shot construction "
+              f"and ignores the time budget secs:{budget.seconds:g} (it runs to its end)",
+              file=sys.stderr)
     # the whole command runs on the budget's clock: what the report needs first (the bound,
     # the EDP references, which the planners' seeding reuses, at most REFERENCE_SHARE of a
     # time budget), then the planner, which stops where the clock says (docs/ARCHITECTURE.md,
