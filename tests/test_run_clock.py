@@ -288,3 +288,31 @@ def test_the_tuned_planner_runs_on_the_run_clock(big):
     clock.end = clock.start  # the command's deadline has passed already
     res = planner.plan(big, mode="stash", budget="secs:100", seed=0, clock=clock)
     assert res.stopped is not None and "during seeding" in res.stopped
+
+
+@pytest.mark.parametrize("with_link", [False, True])
+def test_the_prefix_dp_in_blocks_is_the_dp_and_reads_the_clock_between(with_link):
+    """greedy-dp's compiled DP runs in blocks of prefixes with a check between them (one
+    call over B = 2048 took seconds, holding a signal off); any blocking gives the same ends
+    as one call, and what runs between the blocks can end it."""
+    from umpipe_bench.planners.algorithms.greedy import pareto_prefix_dp
+    from umpipe_bench.planners.evaluation._prefix_dp import prefix_dp
+
+    rng = np.random.default_rng(3)
+    B = 300
+    cost = np.concatenate([[0.0], np.cumsum(rng.random(B) + 0.1)]) ** 0.8
+    link = rng.random(B + 1) * 2 if with_link else cost
+    R = np.concatenate([[0.0], np.sort(rng.random(B) * 5)])
+    whole = prefix_dp(R, cost, link, with_link, 0.25, block_seconds=1e9)  # few blocks
+    calls = []
+    blocks = prefix_dp(R, cost, link, with_link, 0.25, lambda: calls.append(1),
+                       block_seconds=1e-9)
+    assert blocks.tolist() == whole.tolist() and len(calls) >= B // 4
+    ref = pareto_prefix_dp(R, cost, link if with_link else None, 0.25)
+    assert tuple(np.diff(whole, prepend=0).tolist()) == ref
+
+    def stop():
+        raise TimeUp("deadline")
+
+    with pytest.raises(TimeUp):
+        prefix_dp(R, cost, link, with_link, 0.25, stop, block_seconds=1e-9)

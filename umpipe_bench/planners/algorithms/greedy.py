@@ -125,14 +125,22 @@ def prefix_dp_sizes(
     R: np.ndarray, cost: np.ndarray, link: np.ndarray | None, start: float
 ) -> tuple[int, ...]:
     """:func:`pareto_prefix_dp`, compiled (:mod:`..evaluation._prefix_dp`: same result, ties
-    included); the numpy form stays as the readable reference the tests compare against."""
+    included), in blocks of prefixes with the run clock checked between them; the numpy form
+    stays as the readable reference the tests compare against."""
     from ..evaluation._prefix_dp import prefix_dp
+    from ..evaluation.clock import current
 
     has_link = link is not None
+    clock = current()
+
+    def between() -> None:  # a deadline or a signal acts between two compiled blocks
+        clock.check()
+        clock.tick()
+
     ends = prefix_dp(np.ascontiguousarray(R, dtype=np.float64),
                      np.ascontiguousarray(cost, dtype=np.float64),
                      np.ascontiguousarray(link if has_link else cost, dtype=np.float64),
-                     has_link, float(start))
+                     has_link, float(start), between)
     return tuple(int(x) for x in np.diff(ends, prepend=0))
 
 
