@@ -249,6 +249,15 @@ def test_the_optuna_planners_read_the_clock_inside_an_ask():
         with pytest.raises(TimeUp):
             tpe.ask()
     assert ga._ask().shape == (ga.popsize, obj.space.dimension)  # no clock: the whole batch
+    # a trial whose ask took 10 s is not followed by one that the deadline 15 s away could
+    # not hold, before the sampler's search-space inference (one library call) starts
+    ga._trial_seconds = 10.0
+    asked = []
+    ga.study.ask = lambda: asked.append(1)  # type: ignore[method-assign]
+    with running(RunClock(seconds=15.0)):
+        with pytest.raises(TimeUp):
+            ga._ask()
+    assert asked == []
 
 
 @pytest.mark.parametrize("name", ["cmaes", "optuna-cmaes"])
