@@ -82,6 +82,7 @@ def dask_results(cells: Sequence[Cell], out: Path, jobs: int, scheduler: str | N
 
     client, cluster = _client(scheduler, jobs)
     futures: dict[Any, Cell] = {}
+    done = False
     try:
         for c in cells:
             f = client.submit(run_cell_detached, c, run_cell, pure=False,
@@ -92,11 +93,12 @@ def dask_results(cells: Sequence[Cell], out: Path, jobs: int, scheduler: str | N
             for rel, text in files.items():
                 atomic_write_text(out / rel, text)
             yield futures.pop(f), row
-    except KeyboardInterrupt:  # SIGINT/SIGTERM: a local cluster's workers go at once
-        if cluster is not None:
-            _kill_workers(cluster)
-        raise
+        done = True
     finally:
+        # ended early (SIGINT/SIGTERM here or in the caller, which then closes this
+        # generator, or an error): a local cluster's workers go at once
+        if not done and cluster is not None:
+            _kill_workers(cluster)
         if futures:
             client.cancel(list(futures))
         client.close()
