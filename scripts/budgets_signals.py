@@ -121,7 +121,7 @@ def budget_table(rows: list[dict], untimed: bool = False) -> list[str]:
             end = "in seeding: " + end.split("during seeding (", 1)[1].split(")", 1)[0]
         if untimed:
             lines.append(f"| {r['problem']} | {r['planner']} | {r['mode']} | {r['budget']} | "
-                         f"{r['wall']:.2f} | {r['evaluations']} | {end} |")
+                         f"{r['wall']:.2f} | {r['evaluations']} | {r['stopped'] or 'its end'} |")
             continue
         ok = "" if over <= r["limit"] else " **over**"
         lines.append(f"| {r['problem']} | {r['planner']} | {r['mode']} | {r['budget']} | "
