@@ -91,3 +91,40 @@ def _toml(m):
         if "seeds" in p:
             lines.append(f"seeds = {p['seeds']}")
     return "\n".join(lines) + "\n"
+
+
+def test_a_dask_run_left_early_kills_its_local_workers_at_once(monkeypatch, tmp_path):
+    """The consumer of the results closing the generator (a signal while it writes a row)
+    kills the local cluster's workers instead of letting its close give each 4 s."""
+    pytest.importorskip("distributed")
+    import distributed
+
+    from umpipe_bench.bench import executors
+
+    class Future:
+        def result(self):
+            return {"row": 1}, {}
+
+    class Client:
+        def submit(self, *a, **k):
+            return Future()
+
+        def cancel(self, fs):
+            pass
+
+        def close(self):
+            pass
+
+    killed, closed = [], []
+    cluster = type("Cluster", (), {"close": lambda self: closed.append(1)})()
+    monkeypatch.setattr(executors, "_client", lambda scheduler, jobs: (Client(), cluster))
+    monkeypatch.setattr(executors, "_kill_workers", lambda c: killed.append(c))
+    monkeypatch.setattr(distributed, "as_completed", lambda fs: iter(fs))
+    cells = [type("Cell", (), {"slug": f"c{i}"})() for i in range(3)]
+    gen = executors.dask_results(cells, tmp_path, 2, None, lambda c, p: None)
+    next(gen)
+    gen.close()  # what a KeyboardInterrupt in the caller's loop does to the generator
+    assert killed == [cluster] and closed == [1]
+    killed.clear()
+    assert len(list(executors.dask_results(cells, tmp_path, 2, None, lambda c, p: None))) == 3
+    assert killed == []  # a run that finished closes its cluster gently

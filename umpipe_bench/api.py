@@ -225,9 +225,25 @@ class PipelineObjective:
     def start_genome(self) -> np.ndarray:
         """The best EDP(M) genome over ``M = 1..B`` (a counted scan of ``B`` evaluations):
         where the outside planners start, so none ends worse than GPipe-EDP."""
+        return self.edp_scan(self.evaluate)[0]
+
+    def edp_scan(self, evaluate: Any) -> tuple[np.ndarray, float]:
+        """``(genome, T)`` of the best EDP(M), ``M = 1..B`` (ties: the smallest M), each
+        block of genomes evaluated by ``evaluate`` (this objective's, or a search loop's
+        that counts them); the genomes are made a block at a time (at S = 128, B = 2048 all
+        of them would take 4 GiB)."""
         S, B = self.problem.S, self.problem.B
-        X = np.stack([self.space.join(edp_bits(S, B, M)) for M in range(1, B + 1)])
-        return X[int(np.argmin(self.evaluate(X)))]
+        step = max(1, (1 << 24) // (8 * self.space.dimension))  # 16 MiB of int64 genes
+        best, best_T = None, float("inf")
+        for a in range(1, B + 1, step):
+            X = np.stack([self.space.join(edp_bits(S, B, M))
+                          for M in range(a, min(B, a + step - 1) + 1)])
+            T = np.asarray(evaluate(X), dtype=np.float64)
+            i = int(np.argmin(T))
+            if best is None or T[i] < best_T:
+                best, best_T = X[i], float(T[i])
+        assert best is not None
+        return best, best_T
 
     @property
     def best_known(self) -> float | None:

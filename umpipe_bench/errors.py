@@ -21,7 +21,9 @@ as a result ("none fits") where an invalid input is a failure. One line, exit co
 
 :class:`BudgetExhausted`: a batch would take an objective past its evaluation budget; nothing
 of the batch was evaluated. The search loop that owns the budget stops on it. One line, exit
-code 2 should it reach the command line.
+code 2 should it reach the command line. :class:`TimeUp` is its time-budget kind: the deadline
+of a ``secs:`` budget passed between two compiled calls; the search loop stops on it and
+returns the best plan evaluated so far.
 
 :class:`ProfileError`: a profile cannot be taken as asked (model config, grouping, clock,
 device, link measurement): an input or the machine. One line, exit code 2.
@@ -56,6 +58,7 @@ __all__ = [
     "ShapeMismatchError",
     "StageFailure",
     "Terminated",
+    "TimeUp",
     "UmpipeError",
     "UnknownNameError",
     "UserInputError",
@@ -89,6 +92,11 @@ class MemoryCapError(UmpipeError):
 
 class BudgetExhausted(UmpipeError):
     """A batch would take the objective past its evaluation budget; nothing was evaluated."""
+
+
+class TimeUp(BudgetExhausted):
+    """The deadline of a time budget passed (checked between two compiled calls); the search
+    loop that owns the budget stops on it with the best plan evaluated so far."""
 
 
 class ProfileError(UmpipeError):

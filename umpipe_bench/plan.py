@@ -184,8 +184,15 @@ class Plan:
         )
 
     def describe(self) -> str:
+        """``EDP(M)`` or ``UEDP``, with the caps; more than :data:`DESCRIBE_CAPS` stages
+        give the caps shortened (runs of one value as ``value xN``, then the first and last
+        few)."""
         name = f"EDP({len(self.fwd[0])})" if self.is_edp() else "UEDP"
-        return name if self.caps is None else f"{name} caps={list(self.caps)}"
+        if self.caps is None:
+            return name
+        if len(self.caps) <= DESCRIBE_CAPS:
+            return f"{name} caps={list(self.caps)}"
+        return f"{name} caps=[{_short_list(self.caps)}]"
 
     def effective_caps(self) -> tuple[int, ...]:
         """``K[s]`` with "no cap" written as ``B`` (every cap >= B gives the GPipe lists)."""
@@ -323,6 +330,26 @@ class Plan:
         return self.validate(problem)
 
 
+#: :meth:`Plan.describe` lists every cap up to this many stages, and shortens longer lists.
+DESCRIBE_CAPS = 16
+
+
+def _short_list(values: Sequence[int], keep: int = 4) -> str:
+    """``2048 x113, 1920, 1792, ... (8 more), 256, 128``: runs of one value as ``v xN``, then
+    the first and last ``keep`` items when there are more than ``2 * keep + 1``."""
+    runs: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        runs.append(f"{values[i]} x{j - i + 1}" if j > i else str(values[i]))
+        i = j + 1
+    if len(runs) > 2 * keep + 1:
+        runs = [*runs[:keep], f"... ({len(runs) - 2 * keep} more)", *runs[-keep:]]
+    return ", ".join(runs)
+
+
 def _warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
 
@@ -336,6 +363,8 @@ _META = sc.Obj((
     sc.Field("problem", sc.Str()),
     sc.Field("problem_digest", sc.Str(nonempty=True)),
     sc.Field("seed", sc.Int(*sc.SEED_RANGE, nullable=True)),
+    # the signal that ended the run (the plan is the best found until then)
+    sc.Field("interrupted", sc.Str(choices=("SIGINT", "SIGTERM", "SIGHUP"))),
 ), open=True, what="an object of metadata")
 #: The plan file's schema (docs/MODEL.md §2). ``meta`` may hold other keys (free-form notes);
 #: the listed ones are typed. Relations (sums, ``Q == P`` in stash mode) are :class:`Plan`'s.

@@ -410,6 +410,16 @@ class Problem:
         ``meta.problem_digest``, so that a plan made under a memory cap names the same problem
         as the uncapped one (a cap constrains a run; it changes no cost).
         """
+        key = (bool(split), bool(capacities))
+        if key not in self._digests:  # a problem is immutable: hashed once per kind
+            self._digests[key] = self._digest(split, capacities)
+        return self._digests[key]
+
+    @cached_property
+    def _digests(self) -> dict[tuple[bool, bool], str]:
+        return {}
+
+    def _digest(self, split: bool, capacities: bool) -> str:
         import hashlib
 
         data = self.to_dict()

@@ -21,11 +21,12 @@ __all__ = ["GreedyDP", "LocalGreedy"]
 class _Construction(Planner):
     defaults: ClassVar[dict] = {}  # no settings: a misspelt one fails at construction
     default_budget = "evals:1"
-    build: Callable[[Problem, str], Plan]
+    build: Callable[[Problem, str], Plan | None]
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
         plan = type(self).build(problem, mode)
+        assert plan is not None  # no time limit given: the construction completes
         T = gpipe_recurrence(problem, plan)
         return PlanResult(planner=self.name, plan=plan, iteration_time=T, evaluations=1,
                           start_time=T, history=[{"iteration_time": T}])

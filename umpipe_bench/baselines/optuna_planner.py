@@ -31,10 +31,15 @@ from umpipe_bench.planners.search.loop import (
     SearchPlanner,
     TrackedAlgorithm,
 )
+from umpipe_bench.planners.search.seeding import EDP_BLOCK_BYTES
 from umpipe_bench.planners.search.settings import Setting, SettingsTable
 from umpipe_bench.problem import Problem
 
 __all__ = ["OptunaTPE", "TPEAlgorithm"]
+
+#: Suggestions per look at the run's clock within a stage (TPE's cost per suggestion grows with
+#: the trials: at 8,160 bits and 200 trials a stage of 255 takes a few tenths of a second).
+SUGGEST_BLOCK = 64
 
 
 class TPEAlgorithm(TrackedAlgorithm):
@@ -57,15 +62,25 @@ class TPEAlgorithm(TrackedAlgorithm):
         finally:
             optuna.logging.set_verbosity(verbosity)
         self._trial: Any = None
+        self._ask_seconds = 0.0  # how long the last ask took
 
     def _decode(self, trial: Any) -> Genomes:
+        """The trial's genome, one ``suggest_int`` per parameter (TPE's cost: at S = 128,
+        B = 2048 a trial is 262,016 of them, so the run's clock is read every
+        :data:`SUGGEST_BLOCK` of them)."""
+        from umpipe_bench.planners.evaluation.clock import current
+
+        clock = current()
         S, B = self.S, self.B
         chrom = {}
         for d in self.dirs:
             arr = np.zeros((1, S, B - 1), dtype=np.uint8)
             for st in range(S):
+                clock.check()
                 if self.s["encoding"] == "bits":
                     for i in range(B - 1):
+                        if i and i % SUGGEST_BLOCK == 0:
+                            clock.check()
                         arr[0, st, i] = trial.suggest_int(f"{d}{st}_{i}", 0, 1)
                 else:
                     arr[0, st] = edp_row(B, trial.suggest_int(f"{d}{st}", 1, B))
@@ -76,8 +91,11 @@ class TPEAlgorithm(TrackedAlgorithm):
         if not self.s["seed_edp"]:
             return
         S, B = self.S, self.B
-        edp = np.stack([edp_bits(S, B, M) for M in range(1, B + 1)])
-        T = evaluate(Genomes(edp, edp))
+        T = np.empty(B)
+        step = max(1, EDP_BLOCK_BYTES // max(1, S * (B - 1)))
+        for a in range(1, B + 1, step):  # in blocks: all B plans at once can be 0.5 GiB
+            edp = np.stack([edp_bits(S, B, M) for M in range(a, min(B, a + step - 1) + 1)])
+            T[a - 1:a - 1 + len(edp)] = evaluate(Genomes(edp, edp))
         M = int(np.argmin(T)) + 1
         self.start_time = float(T[M - 1])
         if self.s["encoding"] == "bits":
@@ -92,8 +110,19 @@ class TPEAlgorithm(TrackedAlgorithm):
         return 1
 
     def ask(self) -> Genomes:
+        """A trial. Its first suggestion is TPE's sampling of the whole genome in one call
+        (seconds at 8,160 bits, longer as trials add up), so no trial starts that cannot end
+        before the deadline if it takes twice the last one's time."""
+        from time import perf_counter
+
+        from umpipe_bench.planners.evaluation.clock import current
+
+        current().check(need=2.0 * self._ask_seconds)  # a trial costs more than the last
+        t0 = perf_counter()
         self._trial = self.study.ask()
-        return self._decode(self._trial)
+        genomes = self._decode(self._trial)
+        self._ask_seconds = perf_counter() - t0
+        return genomes
 
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
         T = float(times[0])

@@ -19,7 +19,6 @@ import io
 import os
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 from ..errors import UserInputError
 from ..files import atomic_output
 from ..problem import atomic_write_text
+from ..runtime.lifetime import kill_pool, process_pool
 
 __all__ = ["COLUMNS", "DEFAULTS", "Point", "run_study", "study_points", "summarize",
            "write_outputs"]
@@ -171,8 +171,16 @@ def _results(points: list[Point], planner: str, budget: str, jobs: int
         for pt in points:
             yield _evaluate(pt, planner, budget)
         return
-    with ProcessPoolExecutor(jobs) as pool:
+    pool = process_pool(jobs)
+    done = False
+    try:
         yield from pool.map(_evaluate, points, [planner] * len(points), [budget] * len(points))
+        done = True
+    finally:  # leaving early (SIGINT, SIGTERM, an error) stops the running points at once
+        if done:
+            pool.shutdown()
+        else:
+            kill_pool(pool)
 
 
 def run_study(out: str | os.PathLike[str], points: list[Point], *, planner: str, budget: str,

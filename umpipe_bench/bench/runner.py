@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
-import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from typing import Any
 from ..errors import InternalError, UserInputError
 from ..planners.evaluation.reference import EdpReference, clear_cache, speedup
 from ..problem import Problem, atomic_write_text
-from ..runtime.lifetime import child_setup
+from ..runtime.lifetime import kill_pool, process_pool
 from .baselines import BaselineCache, problem_digest
 from .config import BenchConfig, Cell, planner_class
 from .leaderboard import Leaderboard, flatten_settings
@@ -256,28 +254,6 @@ def select_cells(cells: Sequence[Cell], *, limit: int | None = None,
     return out
 
 
-def _executor(jobs: int) -> ProcessPoolExecutor:
-    """A pool whose workers sit in their own process groups and die with this process
-    (:mod:`umpipe_bench.runtime.lifetime`), even when it is killed by SIGKILL."""
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
-                               initializer=child_setup(os.getpid()))
-
-
-def _kill_workers(ex: ProcessPoolExecutor) -> None:
-    """SIGKILL every worker's process group: a cell cannot be stopped any other way, and
-    ``shutdown`` would wait for the running ones. (The pool keeps its workers in the private
-    ``_processes``; Python 3.14's ``terminate_workers`` is the public form.)"""
-    for proc in list((getattr(ex, "_processes", None) or {}).values()):
-        for kill in (lambda p=proc: os.killpg(p.pid, signal.SIGKILL), proc.kill):
-            try:
-                kill()
-                break
-            except (ProcessLookupError, PermissionError, OSError):
-                continue
-
-
 def _results(cells: Sequence[Cell], out: Path, jobs: int, executor: str = "process",
              scheduler: str | None = None) -> Iterable[tuple[Cell, dict]]:
     """(cell, result) in completion order; in this process when ``jobs == 1``; on dask
@@ -295,7 +271,7 @@ def _results(cells: Sequence[Cell], out: Path, jobs: int, executor: str = "proce
         for c in cells:
             yield c, run_cell(c, out)
         return
-    ex = _executor(jobs)
+    ex = process_pool(jobs)
     todo = list(cells)
     running: dict[Future, Cell] = {}
     finished_all = False
@@ -310,7 +286,7 @@ def _results(cells: Sequence[Cell], out: Path, jobs: int, executor: str = "proce
         finished_all = True
     finally:
         if not finished_all:
-            _kill_workers(ex)
+            kill_pool(ex)
         ex.shutdown(wait=True, cancel_futures=True)
 
 

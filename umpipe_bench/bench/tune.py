@@ -20,6 +20,7 @@ same budget) and writes both into the settings file that the ``tidgap-tuned`` pl
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -243,11 +244,27 @@ def run_study(study: Any, spec: TuneSpec, *, trials: int | None, timeout: float 
 
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Optuna's trial messages come from its modules' loggers, through the handlers of its
+    # root logger: the filter goes on those
+    handlers = optuna.logging.get_logger("optuna").handlers
+    for h in handlers:
+        h.addFilter(_signal_without_traceback)
     try:
         study.optimize(objective, n_trials=trials, timeout=timeout,
                        show_progress_bar=progress, gc_after_trial=False)
     finally:
+        for h in handlers:
+            h.removeFilter(_signal_without_traceback)
         optuna.logging.set_verbosity(verbosity)
+
+
+def _signal_without_traceback(record: logging.LogRecord) -> bool:
+    """Optuna logs the trial that SIGINT or SIGTERM ended as failed, with the traceback of
+    the signal's exception; the warning stays, in one line."""
+    info = record.exc_info
+    if info and info[0] is not None and issubclass(info[0], KeyboardInterrupt):
+        record.exc_info = None
+    return True
 
 
 @dataclass

@@ -90,9 +90,18 @@ _PATH_ERRNOS = {errno.ENOENT, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.E
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; ``argv`` None: this process is the program (``umpipe-bench``,
+    ``python -m umpipe_bench``), which on SIGINT or SIGTERM exits as soon as the clean-up
+    has run (:func:`_interrupted`)."""
+    import time
+
+    program = argv is None
+    # a command's time budget counts from here: the process's start, as the program
+    started = _process_start() if program else time.perf_counter()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command(argv), lazy=True)
     args = parser.parse_args(argv)
+    args.started = started
     from ..errors import ExecutionError, InternalError, Terminated, UmpipeError
     from ..runtime.lifetime import terminate_raises
 
@@ -119,10 +128,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except Terminated as exc:
         print(f"umpipe-bench {args.command}: {exc}", file=sys.stderr)
-        return 128 + exc.signum
+        return _interrupted(128 + exc.signum, program)
     except KeyboardInterrupt:
         print(f"umpipe-bench {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(130, program)
+
+
+def _process_start() -> float:
+    """The ``time.perf_counter()`` value at which this process started (Linux: its start time
+    in /proc, so the interpreter's start and the imports count; elsewhere: now)."""
+    import os
+    import time
+
+    now = time.perf_counter()
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            start_ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - age if 0.0 <= age < 60.0 else now
+
+
+def _interrupted(code: int, program: bool) -> int:
+    """The exit of a command a signal ended. Its clean-up has run by now (every ``finally``
+    on the way up: partial results saved, temporary files removed, the bench's workers and
+    the launcher's processes stopped); as the program, what is left is the interpreter
+    freeing the run's objects, which after a large search or schedule table takes seconds,
+    so the process exits at once (docs/ARCHITECTURE.md, "Processes")."""
+    if not program:
+        return code
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,6 +21,14 @@ from ..errors import UserInputError
 from ._numbers import whole
 from ._paths import path_arg
 
+#: The most of a time budget the report's EDP reference scans take before the planner runs
+#: (they are partial then, and the report says how far they got; a planner that needs them,
+#: as the schedule family's do, carries them on in its own seeding).
+REFERENCE_SHARE = 0.25
+#: Seconds at the end of a time budget (at most 5 % of it) left for what follows the search:
+#: the final plan, the report, the plan file and the process's exit (0.3-0.6 s here).
+FINISH_RESERVE = 0.5
+
 
 def _parse_sets(items: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
@@ -78,15 +86,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import time
+
     from ..bound import lower_bound
     from ..memory import check_fits, format_bytes, parse_size
+    from ..planners.evaluation.clock import running
     from ..planners.evaluation.reference import edp_reference
+    from ..planners.search.base import Budget
     from ..schema import parse_seed
     from ..simulator import simulate
     from ._lookup import planner_class
     from ._lookup import problem as get_problem
     from ._paths import check_output_file, writing
 
+    started = getattr(args, "started", None) or time.perf_counter()
     args.seed = parse_seed(args.seed, "--seed")
     check_output_file(args.out, "--out")
     if args.devices is not None:
@@ -98,14 +111,41 @@ def run(args: argparse.Namespace) -> int:
         problem = problem.with_memory_cap(parse_size(args.memory_cap))
     settings = _parse_sets(args.settings)
     planner = planner_class(args.planner)(**settings)
-    res = planner.plan(problem, mode=args.mode, budget=args.budget, seed=args.seed,
-                       progress=not args.no_progress and sys.stderr.isatty())
-    tl = simulate(problem, res.plan, res.schedule)
-    check_fits(tl.peak_memory or [], tl.capacity, f"the plan planner {res.planner!r} returned")
-    edp = edp_reference(problem, args.mode)
+    budget = Budget.parse(args.budget or planner.budget_for(problem))
+    if budget.seconds is not None and not planner.timed:
+        print(f"umpipe-bench plan: warning: planner {planner.name!r} is a one-shot construction "
+              f"and ignores the time budget secs:{budget.seconds:g} (it runs to its end)",
+              file=sys.stderr)
+    # the whole command runs on the budget's clock: what the report needs first (the bound,
+    # the EDP references, which the planners' seeding reuses, at most REFERENCE_SHARE of a
+    # time budget), then the planner, which stops where the clock says (docs/ARCHITECTURE.md,
+    # "Budgets and signals")
+    clock = planner.clock_for(budget, started,
+                              progress=not args.no_progress and sys.stderr.isatty(),
+                              reserve=min(FINISH_RESERVE, 0.05 * (budget.seconds or 0.0)))
+    lb: float | None = None
+    with running(clock):
+        try:
+            clock.tick()  # the progress bar shows from the start
+            problem.digest(capacities=False)  # the plan's meta names it
+            lb = lower_bound(problem, args.mode)
+            with clock.share(REFERENCE_SHARE):
+                edp_reference(problem, args.mode, partial=True)
+            res = planner.plan(problem, mode=args.mode, budget=budget, seed=args.seed,
+                               progress=clock.progress, clock=clock, partial=True)
+        except KeyboardInterrupt as exc:  # outside the search: the best EDP plan scanned
+            clock.stop("interrupted")
+            res = _edp_result(planner.name, problem, args, exc, clock.phase)
+        if res.interrupted is not None:
+            clock.stop("interrupted")  # no new work: save the plan and go
+        tl = simulate(problem, res.plan, res.schedule)
+        check_fits(tl.peak_memory or [], tl.capacity,
+                   f"the plan planner {res.planner!r} returned")
+        edp = edp_reference(problem, args.mode, partial=True)
+    if res.stopped:
+        print(f"umpipe-bench plan: {res.stopped}", file=sys.stderr)
     T = res.iteration_time
     speedups = edp.speedups(T)
-    lb = lower_bound(problem, args.mode)
     out: dict[str, Any] = {
         "planner": res.planner,
         "problem": problem.name,
@@ -125,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         "speedup_vs_1f1b": speedups["1f1b"],
         "speedup_vs_best_edp": speedups["best_edp"],
         "lower_bound": lb,
-        "gap_to_bound": T / lb - 1.0,
+        "gap_to_bound": None if lb is None else T / lb - 1.0,
         "memory_cap": None if tl.capacity is None else max(tl.capacity),
         "peak_memory": tl.peak_memory,
         "fits_memory": tl.fits_memory,
@@ -134,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
         "settings": res.settings,
         "plan_kind": res.plan.describe(),
     }
+    if res.stopped:
+        out["stopped"] = res.stopped
+    if edp.incomplete:  # the M each EDP scan reached before the time budget ended
+        out["edp_scanned"] = {s: n for s, (n, _) in edp.incomplete.items()}
     if args.out:
         with writing(args.out, "--out"):
             res.plan.save(args.out)
@@ -141,7 +185,36 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out["plan"] = res.plan.to_dict()
         print(json.dumps(out, default=str))
-        return 0
+    else:
+        _print_report(args, problem, res, out, edp, speedups, lb, tl, format_bytes)
+    if res.interrupted is not None:
+        raise res.interrupted  # the plan so far is saved: exit 130 (SIGINT) / 143 (SIGTERM)
+    return 0
+
+
+def _edp_result(planner: str, problem: Any, args: argparse.Namespace,
+                exc: KeyboardInterrupt, phase: str) -> Any:
+    """The best EDP plan the reference scans reached, as the result of a run a signal ended
+    outside the planner's search (the signal re-raised when they reached none)."""
+    from ..errors import MemoryCapError
+    from ..planners.search.base import PlanResult, annotate_result
+    from ..planners.search.loop import never_worse_than_edp
+
+    try:
+        plan, schedule, T = never_worse_than_edp(problem, args.mode, None, "", float("inf"))
+    except MemoryCapError:
+        raise exc from None
+    res = PlanResult(planner=planner, plan=plan, iteration_time=T, schedule=schedule,
+                     seed=args.seed, interrupted=exc,
+                     stopped=f"{exc or 'interrupted'} during {phase}; the plan is the best EDP "
+                     "plan scanned")
+    return annotate_result(res, problem)
+
+
+def _print_report(args: argparse.Namespace, problem: Any, res: Any, out: dict[str, Any],
+                  edp: Any, speedups: dict[str, Any], lb: float | None, tl: Any,
+                  format_bytes: Any) -> None:
+    T = res.iteration_time
     print(f"problem {problem.name} (S={problem.S}, B={problem.B}), mode {args.mode}, "
           f"planner {res.planner}, seed {args.seed}, budget {out['budget']}")
     print(f"iteration time T = {T * 1e3:.4f} ms  [{res.plan.describe()}, {res.schedule} "
@@ -150,12 +223,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"starting point   = {res.start_time * 1e3:.4f} ms")
     for label, schedule in (("GPipe-EDP", "gpipe"), ("1F1B-EDP", "1f1b")):
         base, gain = edp.of(schedule), speedups[schedule]
+        scanned = edp.incomplete.get(schedule)
+        part = "" if scanned is None else f" (best of M = 1..{scanned[0]} of {scanned[1]})"
         if base.T is None or gain is None:
-            print(f"vs {label:<10} no EDP(M) fits the memory cap")
+            print(f"vs {label:<10} no EDP(M) fits the memory cap{part}")
         else:
-            print(f"vs {label:<10} (M={base.M:>3}, {base.T * 1e3:.4f} ms): {100 * gain:+.2f} %")
-    print(f"lower bound     ({lb * 1e3:.4f} ms): T is at most {100 * (T / lb - 1):.2f} % above "
-          "the optimum (docs/SIMNETS.md)")
+            print(f"vs {label:<10} (M={base.M:>3}, {base.T * 1e3:.4f} ms): {100 * gain:+.2f} %"
+                  f"{part}")
+    if lb is not None:
+        print(f"lower bound     ({lb * 1e3:.4f} ms): T is at most {100 * (T / lb - 1):.2f} % "
+              "above the optimum (docs/SIMNETS.md)")
     if tl.peak_memory is not None:
         cap = "" if tl.capacity is None else f" (cap {format_bytes(max(tl.capacity))})"
         print(f"peak memory: max {format_bytes(max(tl.peak_memory))} over stages{cap}")
@@ -170,7 +247,6 @@ def run(args: argparse.Namespace) -> int:
             print(line)
     if args.out:
         print(f"wrote plan: {args.out}")
-    return 0
 
 
 def run_devices(args: argparse.Namespace) -> int:

@@ -24,7 +24,9 @@ def _loop(model: str, config: dict[str, Any], dtype: str, seed: int, m: int,
     from torch import nn
 
     from umpipe_bench.problems.models import get_model
+    from umpipe_bench.runtime.lifetime import die_with_parent
 
+    die_with_parent()  # killed with the profile, even by SIGKILL
     torch.set_num_threads(1)
     tdtype = getattr(torch, dtype)
     spec = get_model(model)
@@ -53,6 +55,10 @@ def co_runner(
         if not ready.wait(timeout=300):
             raise RuntimeError("co-runner did not start within 300 s")
         yield
+    except BaseException:  # an error, SIGINT or SIGTERM: no waiting for its round to end
+        proc.kill()
+        proc.join()
+        raise
     finally:
         stop.set()
         proc.join(timeout=30)

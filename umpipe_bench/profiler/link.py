@@ -75,6 +75,10 @@ def _pingpong_worker(
     import torch
     import torch.distributed as dist
 
+    from ..runtime.lifetime import die_with_parent
+
+    die_with_parent()  # killed with the profile, even by SIGKILL
+
     torch.set_num_threads(threads)
     device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
@@ -128,7 +132,16 @@ def _pingpong(
         with tempfile.TemporaryDirectory(prefix="umpipe-link-") as tmp:
             out_path = os.path.join(tmp, "pingpong.json")
             args = (_free_port(), backend, message_bytes, round_trips, warmup, threads, out_path)
-            mp.spawn(_pingpong_worker, args=args, nprocs=2, join=True)
+            ctx = mp.spawn(_pingpong_worker, args=args, nprocs=2, join=False)
+            try:
+                while not ctx.join(timeout=0.1):
+                    pass
+            except BaseException:  # a failed worker, SIGINT, SIGTERM: none of them stays
+                for proc in ctx.processes:
+                    if proc.is_alive():
+                        proc.kill()
+                    proc.join()
+                raise
             with open(out_path, encoding="utf-8") as fh:
                 return json.load(fh)
     finally:

@@ -51,6 +51,11 @@ def run_processes(run_id: str) -> list[int]:
     return found
 
 
+#: Seconds the run's processes get to exit after SIGTERM when a signal ends the launch
+#: (then SIGKILL): the command must end within a second.
+INTERRUPT_GRACE_S = 0.3
+
+
 def sweep(run_id: str, grace_s: float = 2.0) -> int:
     """SIGTERM, then SIGKILL, every process of the run still alive; returns how many."""
     pids = run_processes(run_id)
@@ -187,6 +192,9 @@ def launch(
                     f"the run exceeded its deadline of {deadline_s:g} s and was killed",
                     str(log_path),
                 ) from None
+    except KeyboardInterrupt:  # SIGINT/SIGTERM: the run's processes go within a second
+        sweep(spec.run_id, grace_s=INTERRUPT_GRACE_S)
+        raise
     finally:
         sweep(spec.run_id)
     text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""

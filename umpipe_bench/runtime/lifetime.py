@@ -10,6 +10,9 @@ Three pieces, each for one way a command can end:
   children itself) and the parent-death signal.
 * :func:`terminate_raises`: SIGTERM (and SIGHUP) in the parent raise :class:`Terminated`, so
   its ``finally`` blocks stop the children as they do on Ctrl-C.
+* :func:`process_pool` and :func:`kill_pool`: a process pool whose workers are children of
+  that kind (``bench --jobs``, ``study --jobs``), and the way to stop them at once (a pool's
+  ``shutdown`` waits for the running tasks).
 
 Pure: imports no torch.
 """
@@ -23,10 +26,15 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from ..errors import Terminated
 
-__all__ = ["Terminated", "child_setup", "die_with_parent", "terminate_raises"]
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
+__all__ = ["Terminated", "child_setup", "die_with_parent", "kill_pool", "process_pool",
+           "terminate_raises"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -85,3 +93,31 @@ def terminate_raises() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def process_pool(jobs: int) -> ProcessPoolExecutor:
+    """A pool of ``jobs`` worker processes, each in its own process group and dying with this
+    process (:func:`child_setup`), even when it is killed by SIGKILL."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
+                               initializer=child_setup(os.getpid()))
+
+
+def kill_pool(ex: ProcessPoolExecutor) -> None:
+    """SIGKILL every worker's process group, then shut the pool down without waiting: a
+    running task cannot be stopped any other way, and ``shutdown`` would wait for it. (The
+    pool keeps its workers in the private ``_processes``; Python 3.14's ``terminate_workers``
+    is the public form.)"""
+    for proc in list((getattr(ex, "_processes", None) or {}).values()):
+        for kill in (lambda p=proc: os.killpg(p.pid, signal.SIGKILL), proc.kill):
+            try:
+                kill()
+                break
+            except (ProcessLookupError, PermissionError, OSError):
+                continue
+    ex.shutdown(wait=True, cancel_futures=True)
+

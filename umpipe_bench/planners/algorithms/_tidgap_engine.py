@@ -107,8 +107,8 @@ class TiDGAPEngine(SearchAlgorithm):
                        k if self.family else None)
 
     def _bits_eval(self, evaluate: Evaluate) -> Any:
-        def run(fb: np.ndarray, bb: np.ndarray) -> np.ndarray:
-            return evaluate(Genomes(fb, bb if self.recompute else fb))
+        def run(fb: np.ndarray, bb: np.ndarray, edp: range | None = None) -> np.ndarray:
+            return evaluate(Genomes(fb, bb if self.recompute else fb, edp=edp))
         return run
 
     # ---------------------------------------------------------------- ask/tell hooks
@@ -126,25 +126,43 @@ class TiDGAPEngine(SearchAlgorithm):
     def make_seeds(self, evaluate: Evaluate) -> Seeds:
         """The seed plans (EDP scans, greedy plans, the family's 1F1B-EDP plans and the stage
         descent from the best of them), evaluated, best first."""
+        from ..evaluation.clock import current
+        from ..evaluation.reference import edp_scan
+
         s = self.settings
+        clock = current()
         evaluate = self._counting(evaluate)
+        if self.family:
+            # the EDP references first: the GPipe one is the seeding's EDP scan (the same
+            # evaluations, counted there), the 1F1B one what the result is never worse than
+            # (final_plan); both on the run's clock, cached for the report
+            edp_scan(self.problem, self.mode, "gpipe")
+            edp_scan(self.problem, self.mode, "1f1b")
         seeds = seed_plans(self.problem, self.mode, self._bits_eval(evaluate),
-                           int(s["edp_seeds"]), bool(s["greedy_seeds"]))
+                           int(s["edp_seeds"]), bool(s["greedy_seeds"]), edp_ranges=True)
         if self.family:
             seeds = add_family_seeds(self.problem, self.mode, seeds, evaluate)
         allowance = descent_allowance(self.problem, self.mode, s, self.budget_evaluations)
         if allowance != 0 and len(seeds.labels):
-            seeds = add_descent_seed(seeds, evaluate, self.mode, allowance, self.cap_limits)
+            clock.phase = "the stage descent"
+            seeds = add_descent_seed(seeds, evaluate, self.mode, allowance, self.cap_limits,
+                                     clock.seconds)
         return seeds
 
     def populate(self, seeds: Seeds, evaluate: Evaluate) -> None:
         """The initial population: the best seeds, then random individuals (evaluated)."""
+        from ..evaluation.clock import current
+
+        clock = current()
+        clock.phase = "the initial population"
         evaluate = self._counting(evaluate)
         fb, bb, n_seed = initial_population(self.problem, self.mode, self.P, self.rng, seeds)
+        clock.tick()
         self.seed_labels = seeds.labels[:n_seed]
         self.pop_f[:] = fb.reshape(self.P, self.L)
         if self.recompute:
             self.pop_b[:] = bb.reshape(self.P, self.L)
+        clock.tick()
         if self.family:
             k = self.pop_k
             k[:n_seed] = seeds.caps[:n_seed]

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...problem import Problem
-from ..evaluation.objective import Genomes, Objective
+from ..evaluation.objective import Genomes, JoinedGenomes, Objective
 from ..search.base import Budget
 from ..search.loop import Evaluate, SearchAlgorithm
 from ..search.seeding import Seeds
@@ -118,15 +118,14 @@ class IslandEngine(SearchAlgorithm):
     def ask_size(self) -> int:
         return sum(self.islands[i].ask_size() for i in self.active)
 
-    def ask(self) -> Genomes:
+    def ask(self) -> JoinedGenomes:
+        """The active islands' offspring, one batch (not copied together: the loop evaluates
+        it in compiled calls of a few rows, :mod:`..evaluation.clock`)."""
         parts = [self.islands[i].ask() for i in self.active]
         self._sizes = [len(g) for g in parts]
-        f = np.concatenate([g.fwd for g in parts])
-        b = f if parts[0].bwd is parts[0].fwd else np.concatenate([g.bwd for g in parts])
-        k = None if parts[0].caps is None else np.concatenate([g.caps for g in parts])
-        return Genomes(f, b, k)
+        return JoinedGenomes(parts)
 
-    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+    def tell(self, genomes: Genomes | JoinedGenomes, times: np.ndarray) -> None:
         self.generation += 1
         a = 0
         for i, n in zip(self.active, self._sizes):

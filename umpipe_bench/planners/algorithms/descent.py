@@ -40,7 +40,8 @@ __all__ = ["CAP_FACTORS", "DESCENT_SHARE", "MAX_SWEEPS", "MIN_GAIN", "Descent",
            "sweep_cost", "without_descent"]
 
 #: A search spends at most this share of its evaluation budget on the descent, and runs it
-#: only when that share pays for one whole sweep (:func:`descent_allowance`). At the default
+#: only when that share pays for one whole sweep (:func:`descent_allowance`); under a time
+#: budget, at most this share of the time too. At the default
 #: budgets the descent converges well within it. A quarter was tried: on the published
 #: matrix (evals:3000) it changed 56 TiDGAP cells, better without memory caps (geometric mean
 #: -0.9 %) but worse under them (+1.5 % at 50 %, up to +28 % in one vgg16 stash cell): a
@@ -99,6 +100,7 @@ def stage_descent(
     mode: str,
     max_evaluations: int | None = None,
     cap_limits: np.ndarray | None = None,
+    max_seconds: float | None = None,
 ) -> Descent:
     """Coordinate descent from ``(fbits, bbits, caps)`` with T ``time`` (module docstring).
 
@@ -106,7 +108,12 @@ def stage_descent(
     caps ``[N, S]`` or None) and returns T; every call is counted by the caller. At most
     ``max_evaluations`` evaluations are made: a batch that would pass it is not run (the
     descent ends there). ``cap_limits`` ``[S]`` bounds the cap candidates (stash memory).
+    ``max_seconds``: no batch starts after the descent has run this long (a time budget's
+    share, :func:`add_descent_seed`).
     """
+    from time import perf_counter
+
+    t0 = perf_counter()
     f = np.array(fbits, dtype=np.uint8)
     b = np.array(bbits, dtype=np.uint8)
     S, L = f.shape
@@ -130,6 +137,8 @@ def stage_descent(
         nonlocal best, f, b, k, used
         n = len(F)
         if used + n > room:
+            return False
+        if max_seconds is not None and used and perf_counter() - t0 >= max_seconds:
             return False
         t = np.asarray(evaluate(Genomes(F, Bb, K)), dtype=np.float64)
         used += n
@@ -181,13 +190,16 @@ def descent_allowance(problem: Problem, mode: str, settings: dict[str, Any],
 
 
 def add_descent_seed(seeds: Seeds, evaluate: Callable[[Genomes], np.ndarray], mode: str,
-                     allowance: int | None, cap_limits: np.ndarray | None = None) -> Seeds:
+                     allowance: int | None, cap_limits: np.ndarray | None = None,
+                     seconds: float | None = None) -> Seeds:
     """``seeds`` with the stage descent from the best of them first (label ``descent``),
-    when it is faster than that seed; its evaluations are added to ``seeds.evaluations``."""
+    when it is faster than that seed; its evaluations are added to ``seeds.evaluations``.
+    ``seconds``: a time budget, of which the descent takes at most :data:`DESCENT_SHARE`."""
     i = int(np.argmin(seeds.times))
     caps = None if seeds.caps is None else seeds.caps[i]
     d = stage_descent(evaluate, seeds.fbits[i], seeds.bbits[i], caps, float(seeds.times[i]),
-                      mode, allowance, cap_limits)
+                      mode, allowance, cap_limits,
+                      None if seconds is None else DESCENT_SHARE * seconds)
     out = replace(seeds, evaluations=seeds.evaluations + d.evaluations)
     if not d.time < seeds.times[i]:
         return out

@@ -125,14 +125,22 @@ def prefix_dp_sizes(
     R: np.ndarray, cost: np.ndarray, link: np.ndarray | None, start: float
 ) -> tuple[int, ...]:
     """:func:`pareto_prefix_dp`, compiled (:mod:`..evaluation._prefix_dp`: same result, ties
-    included); the numpy form stays as the readable reference the tests compare against."""
+    included), in blocks of prefixes with the run clock checked between them; the numpy form
+    stays as the readable reference the tests compare against."""
     from ..evaluation._prefix_dp import prefix_dp
+    from ..evaluation.clock import current
 
     has_link = link is not None
+    clock = current()
+
+    def between() -> None:  # a deadline or a signal acts between two compiled blocks
+        clock.check()
+        clock.tick()
+
     ends = prefix_dp(np.ascontiguousarray(R, dtype=np.float64),
                      np.ascontiguousarray(cost, dtype=np.float64),
                      np.ascontiguousarray(link if has_link else cost, dtype=np.float64),
-                     has_link, float(start))
+                     has_link, float(start), between)
     return tuple(int(x) for x in np.diff(ends, prepend=0))
 
 
@@ -147,8 +155,20 @@ def _fill(ends: np.ndarray, values: list[float], B: int) -> np.ndarray:
     return out
 
 
-def greedy_dp_plan(problem: Problem, mode: str = "stash") -> Plan:
-    """Stage-by-stage exact prefix DP (see the module docstring); docs/MODEL.md §4 chains."""
+def greedy_dp_plan(problem: Problem, mode: str = "stash",
+                   max_seconds: float | None = None) -> Plan | None:
+    """Stage-by-stage exact prefix DP (see the module docstring); docs/MODEL.md §4 chains.
+
+    One compiled DP per stage and direction; between two, the running plan's clock
+    (:mod:`..evaluation.clock`) may end the run (:class:`~umpipe_bench.errors.TimeUp`).
+    ``max_seconds``: when the second DP projects the whole construction (S DPs, 2S in
+    recompute mode) past it, give up and return None (a seed a time budget cannot pay for).
+    """
+    import time
+
+    from ..evaluation.clock import current
+
+    clock = current()
     tb = problem.tables()
     S, B = problem.S, problem.B
     cb = tb.backward(mode)
@@ -156,8 +176,14 @@ def greedy_dp_plan(problem: Problem, mode: str = "stash") -> Plan:
     F_last = [0.0] * S
     R = np.zeros(B + 1)
     for s in range(S):
+        if s:
+            clock.check()
         link = tb.act[s] if s < S - 1 else None
+        t0 = time.perf_counter()
         P = prefix_dp_sizes(R, tb.fwd[s], link, 0.0)
+        calls = S * (2 if mode == "recompute" else 1)  # the first may include the compile
+        if s == 1 and max_seconds is not None and (time.perf_counter() - t0) * calls > max_seconds:
+            return None
         fwd_parts.append(P)
         F = X = 0.0
         Xs = []
@@ -175,6 +201,7 @@ def greedy_dp_plan(problem: Problem, mode: str = "stash") -> Plan:
     bwd_parts: list[tuple[int, ...]] = [()] * S
     Y_fill: np.ndarray | None = None
     for s in range(S - 1, -1, -1):
+        clock.check()
         Rb = np.full(B + 1, F_last[s]) if Y_fill is None else np.maximum(F_last[s], Y_fill)
         link = tb.grad[s - 1] if s > 0 else None
         Q = prefix_dp_sizes(Rb, cb[s], link, F_last[s])

@@ -52,6 +52,7 @@ class TunedTiDGAP(Planner):
 
     name = "tidgap-tuned"
     base: ClassVar[str] = "tidgap"
+    timed = True  # the inner planner runs on this run's clock
 
     @classmethod
     def resume_inputs(cls, settings: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +79,12 @@ class TunedTiDGAP(Planner):
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
-        res = self._inner.plan(problem, mode=mode, budget=budget, seed=seed, progress=progress)
+        from ..evaluation.clock import current
+
+        # on the run's clock (its deadline, its phases, its progress bar); a signal comes
+        # back as the inner result's ``interrupted``, which :meth:`Planner.plan` handles
+        res = self._inner.plan(problem, mode=mode, budget=budget, seed=seed, progress=progress,
+                               clock=current(), partial=True)
         res.planner = self.name
         res.plan.meta["planner"] = self.name
         return res

@@ -43,13 +43,26 @@ def random_bits(rng: np.random.Generator, n: int, S: int, B: int) -> np.ndarray:
     if L == 0 or n == 0:
         return np.zeros((n, S, max(L, 0)), dtype=np.uint8)
     from ._random_kernels import bernoulli_rows
+    from .clock import chunk_rows, current
 
     M = np.exp(rng.uniform(0.0, np.log(B), size=n))
     density = np.clip((M - 1.0) / L, 0.0, 1.0)
     thresholds = np.rint(density * 2.0**32).astype(np.uint64)
     out = np.empty((n, S * L), dtype=np.uint8)
-    bernoulli_rows(np.uint64(rng.integers(0, 2**63)), thresholds, out)
+    seed = int(rng.integers(0, 2**63))
+    # in calls short enough for signals; a row takes ceil(S*L/2) draws of the generator,
+    # so each call starts where the one before it stopped: the same bits as one call
+    step, draws = chunk_rows(S, B), -(-(S * L) // 2)
+    for a in range(0, n, step):
+        state = (seed + a * draws * _SPLITMIX_GAMMA) % 2**64
+        bernoulli_rows(np.uint64(state), thresholds[a:a + step], out[a:a + step])
+        current().tick()
     return out.reshape(n, S, L)
+
+
+#: SplitMix64's increment (:mod:`._random_kernels`): its state after ``k`` draws is
+#: ``seed + k * gamma`` (mod 2**64).
+_SPLITMIX_GAMMA = 0x9E3779B97F4A7C15
 
 
 def bits_to_plan(fb: np.ndarray, bb: np.ndarray | None, mode: str,

@@ -30,10 +30,11 @@ from ...plan import Plan
 from ...problem import Problem
 from ...simulator import gpipe_recurrence
 from ._closed_form import NUMPY_OPS, closed_form_backward, closed_form_forward
+from .clock import CHUNK_WORK, chunk_rows
 from .encoding import bits_to_plan, plan_to_bits, plans_to_bits
 
-__all__ = ["BACKENDS", "PopulationEvaluator", "bits_to_plan", "plan_to_bits", "plans_to_bits",
-           "run_row_blocks"]
+__all__ = ["BACKENDS", "CHUNK_WORK", "PopulationEvaluator", "bits_to_plan", "chunk_rows",
+           "plan_to_bits", "plans_to_bits", "run_row_blocks"]
 
 BACKENDS = ("auto", "numba", "numpy", "torch", "python")
 
@@ -59,21 +60,40 @@ def _pool(workers: int) -> Any:
     return _POOLS[workers]
 
 
-def run_row_blocks(n: int, run: Any, threads: int, min_rows: int) -> None:
-    """``run(lo, hi)`` over ``n`` rows in up to ``threads`` blocks of at least ``min_rows``
-    rows (one block: no thread). The numba kernels release the GIL, so the blocks run in
+def run_row_blocks(n: int, run: Any, threads: int, min_rows: int,
+                   per_call: int | None = None) -> None:
+    """``run(lo, hi)`` over ``n`` rows: in calls of at most ``per_call`` rows per thread
+    (None: one call), each split into up to ``threads`` blocks of at least ``min_rows`` rows
+    (one block: no thread). The numba kernels release the GIL, so the blocks run in
     parallel; the first block runs on the calling thread. Both evaluators use this one
-    runner (:class:`PopulationEvaluator`, :class:`.family.FamilyEvaluator`)."""
+    runner (:class:`PopulationEvaluator`, :class:`.family.FamilyEvaluator`); rows are
+    independent, so the results do not depend on the split."""
+    if per_call is None:
+        _blocks(0, n, run, threads, min_rows)
+        return
+    per_call = max(1, per_call)
+    # threads a full call splits over (each block at least min_rows), so no block passes
+    # per_call rows
+    k = max(1, min(threads, per_call * threads // max(min_rows, 1)))
+    step = per_call * k
+    for lo in range(0, n, step):
+        _blocks(lo, min(n, lo + step), run, k, min_rows)
+
+
+def _blocks(lo: int, hi: int, run: Any, threads: int, min_rows: int) -> None:
+    n = hi - lo
     k = min(threads, n // max(min_rows, 1))
     if k <= 1:
-        run(0, n)
+        run(lo, hi)
         return
-    bounds = np.linspace(0, n, k + 1).astype(int)
+    bounds = lo + np.linspace(0, n, k + 1).astype(int)
     pool = _pool(k - 1)
     futures = [pool.submit(run, int(bounds[i]), int(bounds[i + 1])) for i in range(1, k)]
-    run(0, int(bounds[1]))
-    for f in futures:
-        f.result()
+    try:
+        run(lo, int(bounds[1]))
+    finally:
+        for f in futures:
+            f.result()
 
 
 def kernel_tables(problem: Problem, mode: str) -> dict[str, np.ndarray]:
@@ -151,7 +171,8 @@ class PopulationEvaluator:
     def _rows(self, n: int, run: Any) -> None:
         """``run(lo, hi)`` over row blocks: one block per thread when there are enough rows
         (the numba kernels release the GIL, so the blocks run in parallel)."""
-        run_row_blocks(n, run, self.threads, self.MIN_ROWS_PER_THREAD)
+        run_row_blocks(n, run, self.threads, self.MIN_ROWS_PER_THREAD,
+                       chunk_rows(self.S, self.B))
 
     # ------------------------------------------------------------------ passes
     def forward(self, fbits: np.ndarray) -> np.ndarray:
@@ -201,6 +222,13 @@ class PopulationEvaluator:
                  for f, b in zip(fb, bb)],
                 dtype=np.float64,
             )
+        step = chunk_rows(self.S, self.B, self.threads)
+        if fb.shape[0] > step:  # in calls short enough for signals (CHUNK_WORK)
+            return np.concatenate([self._evaluate(fb[a:a + step], bb[a:a + step])
+                                   for a in range(0, fb.shape[0], step)])
+        return self._evaluate(fb, bb)
+
+    def _evaluate(self, fb: np.ndarray, bb: np.ndarray) -> np.ndarray:
         if self._torch is not None:
             return self._torch.evaluate(fb, bb)
         return self.backward(bb, self.forward(fb))

@@ -20,6 +20,7 @@ import numpy as np
 from ...memory import capacities, memory_figures
 from ...plan import Plan
 from ...problem import Problem
+from .clock import chunk_rows
 from .evaluator import kernel_tables, plan_to_bits, population_bits, run_row_blocks
 
 __all__ = ["FamilyEvaluator"]
@@ -49,7 +50,7 @@ class FamilyEvaluator:
         if threads < 1:
             raise ValueError(f"evaluator threads must be >= 1, got {threads}")
         self.threads = int(threads)
-        self.problem, self.mode = problem, mode
+        self.mode = mode  # no reference to the problem: a cached scan must not keep it alive
         self.S, self.B = problem.S, problem.B
         t = kernel_tables(problem, mode)
         self._t = (t["fwd"], t["cb"], t["cbf"], t["act"], t["grad"], t["opt"])
@@ -85,7 +86,7 @@ class FamilyEvaluator:
         kernel, mb, tables = _kernels().family_pass, unit == "microbatches", self._t + self._m
         run_row_blocks(N, lambda a, b: kernel(fb[a:b], bb[a:b], k[a:b], mb, *tables, T[a:b],
                                               peak[a:b]), self.threads,
-                       self.MIN_ROWS_PER_THREAD)
+                       self.MIN_ROWS_PER_THREAD, chunk_rows(self.S, self.B))
         self.evaluations += N
         return T, peak
 

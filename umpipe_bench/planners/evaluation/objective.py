@@ -18,7 +18,7 @@ from ...plan import Plan
 from ...problem import Problem
 from .encoding import bits_to_plan
 
-__all__ = ["CutBitsObjective", "FamilyObjective", "Genomes", "Objective"]
+__all__ = ["CutBitsObjective", "FamilyObjective", "Genomes", "JoinedGenomes", "Objective"]
 
 
 @dataclass(frozen=True)
@@ -28,19 +28,25 @@ class Genomes:
     cap, the GPipe lists).
 
     In stash mode ``bwd`` is the same array as ``fwd`` (tied chromosomes, docs/MODEL.md §2).
+    ``edp``: when the batch is EDP(M) for ``M`` in this range (uncapped, backward = forward),
+    an objective may take their times from the EDP reference scan it shares with the
+    baselines (:mod:`.reference`) instead of evaluating them again: the same numbers.
     """
 
     fwd: np.ndarray
     bwd: np.ndarray
     caps: np.ndarray | None = None
+    edp: range | None = None
 
     def __len__(self) -> int:
         return int(self.fwd.shape[0])
 
     def rows(self, a: int, b: int) -> Genomes:
-        """Genomes ``a..b-1`` as a batch (views, no copy)."""
-        return Genomes(self.fwd[a:b], self.bwd[a:b],
-                       None if self.caps is None else self.caps[a:b])
+        """Genomes ``a..b-1`` as a batch (views, no copy; tied chromosomes stay tied)."""
+        f = self.fwd[a:b]
+        return Genomes(f, f if self.bwd is self.fwd else self.bwd[a:b],
+                       None if self.caps is None else self.caps[a:b],
+                       None if self.edp is None else self.edp[a:b])
 
     def row(self, i: int) -> Genomes:
         """Genome ``i`` as a batch of one (views, no copy)."""
@@ -49,7 +55,53 @@ class Genomes:
     def copy(self) -> Genomes:
         f = self.fwd.copy()
         return Genomes(f, f if self.bwd is self.fwd else self.bwd.copy(),
-                       None if self.caps is None else self.caps.copy())
+                       None if self.caps is None else self.caps.copy(), self.edp)
+
+
+class JoinedGenomes:
+    """Batches one after another as one batch, without copying them together (e.g. the
+    offspring of TiDGAP's islands: at S = 128, B = 2048 joining them would copy 262 MB in
+    one uninterruptible call). :meth:`rows` within one part is a view of it; across parts,
+    the rows are copied (a compiled call's worth, :mod:`.clock`)."""
+
+    def __init__(self, parts: list[Genomes]) -> None:
+        self.parts = parts
+        self.starts = np.cumsum([0] + [len(g) for g in parts])
+        self.edp = None
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def rows(self, a: int, b: int) -> Genomes:
+        st = self.starts
+        i = int(np.searchsorted(st, a, side="right")) - 1
+        if b <= st[i + 1]:
+            return self.parts[i].rows(a - int(st[i]), b - int(st[i]))
+        pieces = []
+        while a < b:
+            i = int(np.searchsorted(st, a, side="right")) - 1
+            end = min(b, int(st[i + 1]))
+            pieces.append(self.parts[i].rows(a - int(st[i]), end - int(st[i])))
+            a = end
+        f = np.concatenate([g.fwd for g in pieces])
+        tied = pieces[0].bwd is pieces[0].fwd
+        k = None if pieces[0].caps is None else np.concatenate([g.caps for g in pieces])
+        return Genomes(f, f if tied else np.concatenate([g.bwd for g in pieces]), k)
+
+    def row(self, i: int) -> Genomes:
+        return self.rows(i, i + 1)
+
+    @property
+    def fwd(self) -> np.ndarray:
+        return self.rows(0, len(self)).fwd
+
+    @property
+    def bwd(self) -> np.ndarray:
+        return self.rows(0, len(self)).bwd
+
+    @property
+    def caps(self) -> np.ndarray | None:
+        return self.rows(0, len(self)).caps
 
 
 class Objective(Protocol):
@@ -101,6 +153,14 @@ class FamilyObjective:
         self._uncapped = np.full(problem.S, problem.B, dtype=np.int64)
 
     def evaluate(self, genomes: Genomes) -> np.ndarray:
+        edp = genomes.edp
+        if (edp is not None and genomes.caps is None and self.evaluator is not None
+                and len(edp) == len(genomes) and edp.step == 1 and len(edp)):
+            # EDP(M) uncapped: the GPipe-EDP reference scan (the same kernel, the same
+            # memory caps), evaluated once per problem and shared with the baselines
+            from .reference import edp_times
+
+            return edp_times(self.problem, self.mode, "gpipe", upto=edp[-1])[edp[0] - 1:edp[-1]]
         if self.evaluator is None:  # the reference, one plan at a time (DGAP's baseline)
             from ...simulator import simulate
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...plan import MODES, Plan
 from ...problem import Problem
@@ -19,7 +19,10 @@ from .errors import PlannerError
 from .history import History
 from .settings import resolve_settings
 
-__all__ = ["Budget", "PlanResult", "Planner", "PlannerError"]
+if TYPE_CHECKING:
+    from ..evaluation.clock import RunClock
+
+__all__ = ["Budget", "PlanResult", "Planner", "PlannerError", "annotate_result"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,12 @@ class PlanResult:
     start_time: float | None = None  # predicted T of the planner's own starting point
     history: Any = None  # a loop.History once Planner.plan returns
     settings: dict[str, Any] = field(default_factory=dict)
+    #: One line when the run ended early: a signal, or a time budget that ended before the
+    #: seeding did (None: the run ended as its budget says).
+    stopped: str | None = None
+    #: The SIGINT (``KeyboardInterrupt``) or SIGTERM (:class:`~umpipe_bench.errors.Terminated`)
+    #: that ended the run (only with ``Planner.plan(partial=True)``; else it is raised).
+    interrupted: KeyboardInterrupt | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +132,9 @@ class Planner:
 
     name: ClassVar[str] = "planner"
     default_budget: ClassVar[str] = "evals:20000"
+    #: Whether a ``secs:`` budget limits the run (search planners); a one-shot construction
+    #: (EDP, greedy, exact) ignores it and runs to its end.
+    timed: ClassVar[bool] = False
     #: Declared settings ``name -> default``; a planner that declares them has them checked
     #: when it is built, so a misspelt setting fails before any work.
     defaults: ClassVar[dict[str, Any] | None] = None
@@ -139,6 +151,17 @@ class Planner:
         """Range checks beyond the types (hook); raise :class:`PlannerError`."""
         return settings
 
+    def clock_for(self, budget: Budget, start: float | None = None, progress: bool = False,
+                  reserve: float = 0.0) -> RunClock:
+        """The clock of a run under ``budget`` started at ``start`` (a ``time.perf_counter()``
+        value; default: now): its deadline is the budget's seconds when :attr:`timed`, less
+        ``reserve`` (time left for what the caller does after the run)."""
+        from ..evaluation.clock import RunClock
+
+        return RunClock(budget.seconds if self.timed else None, start, progress=progress,
+                        desc=self.name, evaluations=budget.evaluations,
+                        generations=budget.generations, reserve=reserve)
+
     def budget_for(self, problem: Problem) -> str:
         """The budget :meth:`plan` uses on ``problem`` when given none (hook; here
         :attr:`default_budget` whatever the problem)."""
@@ -152,27 +175,67 @@ class Planner:
         budget: str | Budget | None = None,
         seed: int | None = 0,
         progress: bool = False,
+        clock: RunClock | None = None,
+        partial: bool = False,
     ) -> PlanResult:
+        """Run the planner.
+
+        A ``secs:X`` budget ends the whole run, every phase of it, ``X`` seconds after it
+        started (:mod:`..evaluation.clock`; planners with ``timed = False``, one-shot
+        constructions, ignore it). ``clock``: the run's clock, when the caller started it
+        earlier (:meth:`clock_for`; the command line starts it with the command); default: one
+        started now. SIGINT or SIGTERM ends a search within a second: by default its
+        ``KeyboardInterrupt`` is raised as usual; with ``partial`` the best plan so far is
+        returned instead, with ``interrupted`` set.
+        """
+        from ..evaluation.clock import running
+
         if mode not in MODES:
             raise PlannerError(f"mode must be one of {MODES}, got {mode!r}")
         seed = check_seed(seed, f"planner {self.name!r}", PlannerError, allow_none=True)
         b = Budget.parse(budget if budget is not None else self.budget_for(problem))
         t0 = time.perf_counter()
-        res = self._plan(problem, mode=mode, budget=b, seed=seed, progress=progress)
+        if clock is None:
+            clock = self.clock_for(b, progress=progress)
+        with running(clock):
+            clock.tick()  # the progress bar shows from the start
+            problem.digest(capacities=False)  # the plan's meta names it
+            clock.tick()
+            res = self._plan(problem, mode=mode, budget=b, seed=seed, progress=progress)
         res.wall_time = time.perf_counter() - t0
         res.seed = seed
-        res.history = History.from_result(res.history, res.evaluations, res.wall_time,
-                                          res.iteration_time)
-        res.plan.validate(problem)
-        res.plan.meta.setdefault("schedule", res.schedule)
-        res.plan.meta.setdefault("planner", res.planner)
-        res.plan.meta.setdefault("predicted_time", res.iteration_time)
-        res.plan.meta.setdefault("problem", problem.name)
-        res.plan.meta.setdefault("problem_digest", problem.digest(capacities=False))
-        res.plan.meta.setdefault("seed", seed)
-        return res
+        if res.interrupted is not None and not partial:
+            raise res.interrupted
+        return annotate_result(res, problem)
 
     def _plan(
         self, problem: Problem, *, mode: str, budget: Budget, seed: int | None, progress: bool
     ) -> PlanResult:
         raise NotImplementedError
+
+
+def annotate_result(res: PlanResult, problem: Problem) -> PlanResult:
+    """A result as :meth:`Planner.plan` returns it: a typed history, the plan validated and
+    its meta filled in (schedule, planner, predicted time, problem, digest, seed, and
+    ``interrupted``: ``SIGINT``/``SIGTERM`` when a signal ended the run)."""
+    res.history = History.from_result(res.history, res.evaluations, res.wall_time,
+                                      res.iteration_time)
+    res.plan.validate(problem)
+    meta = res.plan.meta
+    meta.setdefault("schedule", res.schedule)
+    meta.setdefault("planner", res.planner)
+    meta.setdefault("predicted_time", res.iteration_time)
+    meta.setdefault("problem", problem.name)
+    meta.setdefault("problem_digest", problem.digest(capacities=False))
+    meta.setdefault("seed", res.seed)
+    if res.interrupted is not None:
+        meta["interrupted"] = _signal_name(res.interrupted)
+    return res
+
+
+def _signal_name(exc: KeyboardInterrupt) -> str:
+    """``SIGTERM`` for :class:`~umpipe_bench.errors.Terminated`, else ``SIGINT``."""
+    import signal
+
+    signum = getattr(exc, "signum", signal.SIGINT)
+    return signal.Signals(signum).name

@@ -4,9 +4,9 @@ A genome of the schedule family is (forward cut bits ``[S, B-1]``, backward cut 
 ``[S, B-1]``, caps ``[S]``), caps in ``1..B`` (``B``: no cap, the GPipe lists). This module
 holds what the GAs do with caps, as whole-population array operations:
 
-* :func:`family_seeds`: the EDP plans every search starts from, in the family: the best
-  GPipe-EDP (caps ``B``) and, for the best 1F1B-EDP ``M`` and its neighbours that divide
-  ``B``, EDP(M) with ``K[s] = (S - s) * B / M`` (exactly torch's 1F1B lists);
+* :func:`family_seeds`: the 1F1B-EDP plans every search in the family starts from besides
+  the GPipe-EDP ones: for the fastest 1F1B-EDP ``M`` that divide ``B``, EDP(M) with
+  ``K[s] = (S - s) * B / M`` (exactly torch's 1F1B lists);
 * :func:`random_caps`: initial caps, half of them uncapped, the rest log-uniform in ``1..B``;
 * :func:`crossover_caps`: a pair swaps the caps of a random run of stages;
 * :func:`mutate_caps`: each stage of a mutated individual redraws its cap with a probability,
@@ -72,27 +72,22 @@ def random_caps(rng: np.random.Generator, n: int, S: int, B: int) -> np.ndarray:
 
 
 def family_seeds(problem: Problem, mode: str, n_1f1b: int = 3) -> list[tuple[str, int, np.ndarray]]:
-    """``[(label, M, caps [S])]``: the EDP seeds in the family (best M that fits first).
+    """``[(label, M, caps [S])]``: the 1F1B-EDP seeds in the family (fastest first).
 
-    ``gpipe``'s best M with caps ``B``; then the ``n_1f1b`` fastest M that divide ``B``
-    under torch's 1F1B (those the family reproduces exactly) with their 1F1B caps. Under
-    memory caps only M that fit count; none fitting gives no seed of that kind.
+    The ``n_1f1b`` fastest M that divide ``B`` under torch's 1F1B (those the family
+    reproduces exactly) with their 1F1B caps; under memory caps only M that fit count, and
+    none fitting gives no seed. Only the divisors of B are evaluated
+    (:func:`..evaluation.reference.edp_points`). The GPipe-EDP seeds (caps ``B``) are the
+    seeding's own EDP scan (:func:`.seeding.seed_plans`).
     """
-    from ..evaluation.reference import edp_scan
+    from ..evaluation.reference import edp_points
 
     S, B = problem.S, problem.B
-    out: list[tuple[str, int, np.ndarray]] = []
-    g = edp_scan(problem, mode, "gpipe")
-    tg = np.where(g.fits, g.times, np.inf)
-    if np.isfinite(tg).any():
-        M = int(np.argmin(tg)) + 1
-        out.append((f"gpipe EDP({M})", M, np.full(S, B, dtype=np.int64)))
-    o = edp_scan(problem, mode, "1f1b")
-    to = np.where(o.fits, o.times, np.inf)
-    divisors = [M for M in range(1, B + 1) if B % M == 0 and np.isfinite(to[M - 1])]
-    for M in sorted(divisors, key=lambda m: (to[m - 1], m))[:n_1f1b]:
-        out.append((f"1f1b EDP({M})", M, one_f_one_b_sample_caps(S, B, M)))
-    return out
+    Ms = [M for M in range(1, B + 1) if B % M == 0]
+    to = dict(zip(Ms, edp_points(problem, mode, "1f1b", Ms)))
+    fitting = [M for M in Ms if np.isfinite(to[M])]
+    return [(f"1f1b EDP({M})", M, one_f_one_b_sample_caps(S, B, M))
+            for M in sorted(fitting, key=lambda m: (to[m], m))[:n_1f1b]]
 
 
 def crossover_caps(rng: np.random.Generator, caps: np.ndarray, pairs: np.ndarray) -> None:
@@ -130,4 +125,4 @@ def mutate_caps(rng: np.random.Generator, caps: np.ndarray, rows: np.ndarray, B:
 
 def extra_family_seeds(problem: Problem, mode: str) -> int:
     """How many seeds the family adds to the GPipe EDP scan (the 1F1B-EDP ones)."""
-    return sum(1 for label, _, _ in family_seeds(problem, mode) if not label.startswith("gpipe"))
+    return len(family_seeds(problem, mode))

@@ -31,7 +31,6 @@ evaluates (docs/MODEL.md §2's cut bits today).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar
@@ -40,7 +39,15 @@ import numpy as np
 
 from ...plan import Plan
 from ...problem import Problem
-from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
+from ..evaluation.clock import RunClock, TimeUp, chunk_rows
+from ..evaluation.clock import current as current_clock
+from ..evaluation.objective import (
+    CutBitsObjective,
+    FamilyObjective,
+    Genomes,
+    JoinedGenomes,
+    Objective,
+)
 from .base import Budget, Planner, PlannerError, PlanResult
 from .history import HISTORY_FIELDS, History, Record
 
@@ -177,13 +184,22 @@ class TrackedAlgorithm(SearchAlgorithm):
 
 
 class SearchLoop:
-    """Drives one :class:`SearchAlgorithm` under a :class:`Termination` (module docstring)."""
+    """Drives one :class:`SearchAlgorithm` under a :class:`Termination` (module docstring).
+
+    Every batch is evaluated in compiled calls of at most
+    :func:`..evaluation.clock.chunk_rows` rows; between two calls the clock moves the progress
+    bar and raises :class:`~umpipe_bench.errors.TimeUp` once a time budget's deadline has
+    passed. :meth:`run` ends on it, and on SIGINT or SIGTERM
+    (``KeyboardInterrupt``), with whatever was evaluated: :attr:`stopped` says why,
+    :attr:`interrupted` holds the signal's exception, and :meth:`result` gives the best genome.
+    """
 
     #: Seconds between progress-bar refreshes.
-    PROGRESS_EVERY: ClassVar[float] = 0.25
+    PROGRESS_EVERY: ClassVar[float] = RunClock.PROGRESS_EVERY
 
     def __init__(self, objective: Objective, termination: Termination,
-                 progress: bool = False, desc: str = "search") -> None:
+                 progress: bool = False, desc: str = "search",
+                 clock: RunClock | None = None) -> None:
         self.objective = objective
         self.termination = termination
         self.progress, self.desc = progress, desc
@@ -191,10 +207,29 @@ class SearchLoop:
         self.generation = 0
         self.history = History()
         self.best = BestSoFar()
-        self._t0 = time.perf_counter()
+        b = termination.budget
+        self.clock = clock if clock is not None else RunClock(
+            b.seconds, progress=progress, desc=desc, evaluations=b.evaluations,
+            generations=b.generations)
+        self._own_clock = clock is None
+        self._rows = _chunk_rows(objective)
+        #: Why the run ended before its termination: None, ``"time"``, ``"interrupted"``.
+        self.stopped: str | None = None
+        #: Where the run was when it stopped: ``"setup"`` (seeding) or ``"search"``, and the
+        #: clock's phase then (e.g. ``"the stage descent"``).
+        self.stopped_in: str | None = None
+        self.stopped_phase: str | None = None
+        #: The ``KeyboardInterrupt`` (SIGINT) or :class:`~umpipe_bench.errors.Terminated`
+        #: (SIGTERM) that stopped the run.
+        self.interrupted: KeyboardInterrupt | None = None
+        self.setup_done = False
 
     def evaluate(self, genomes: Genomes) -> np.ndarray:
-        """T of every genome in the batch; counted against the budget."""
+        """T of every genome in the batch; counted against the budget.
+
+        The batch runs in calls of at most ``chunk_rows`` rows; before each call but the
+        run's very first, the clock may raise :class:`~umpipe_bench.errors.TimeUp` (what was
+        evaluated is counted and noted; nothing of the rest is)."""
         n = len(genomes)
         cap = self.termination.budget.evaluations
         if cap is not None and self.evaluations + n > cap:
@@ -203,46 +238,97 @@ class SearchLoop:
                 f"({self.evaluations} done); the algorithm's ask_size is wrong")
         if n == 0:
             return np.zeros(0)
-        self.evaluations += n
-        times = np.asarray(self.objective.evaluate(genomes), dtype=np.float64)
-        self.best.note(genomes, times)
-        return times
+        step = self._rows or n
+        parts = []
+        for a in range(0, n, step):
+            if self.evaluations:  # the first call of a run always runs: a plan to return
+                self.clock.check()
+            part = (_rows_of(genomes, a, min(n, a + step))
+                    if step < n or isinstance(genomes, JoinedGenomes) else genomes)
+            times = np.asarray(self.objective.evaluate(part), dtype=np.float64)
+            self.evaluations += len(part)
+            self.best.note(part, times)
+            self.clock.tick(self.evaluations, self.best.value)
+            parts.append(times)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self._t0
+        return self.clock.elapsed()
 
     def _record(self, algo: SearchAlgorithm) -> None:
         self.history.append(self.generation, self.evaluations, self.elapsed(), algo.best_time)
 
     def run(self, algo: SearchAlgorithm) -> None:
-        """Setup, then ask/evaluate/tell until the termination is reached."""
-        self._t0 = time.perf_counter()
-        algo.bind(self.best)
-        algo.setup(self.evaluate)
-        self._record(algo)
-        bar = None
-        if self.progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=self.termination.budget.generations, desc=self.desc, unit="gen",
-                       leave=False)
-        shown, last = 0, time.perf_counter()
+        """Setup, then ask/evaluate/tell until the termination is reached, the deadline
+        passes inside a batch or a signal arrives (:attr:`stopped`)."""
+        clock = self.clock
         try:
+            clock.phase = "seeding"
+            algo.bind(self.best)
+            algo.setup(self.evaluate)
+            self.setup_done = True
+            self._record(algo)
+            clock.phase = "the search"
             while not self.termination.reached(self.evaluations, self.generation,
                                                self.elapsed(), algo.ask_size()):
                 g = algo.ask()
                 algo.tell(g, self.evaluate(g))
                 self.generation += 1
+                clock.generation = self.generation
                 self._record(algo)
-                if bar is not None and time.perf_counter() - last >= self.PROGRESS_EVERY:
-                    bar.update(self.generation - shown)
-                    bar.set_postfix(best=f"{algo.best_time:.6g}", evals=self.evaluations,
-                                    refresh=False)
-                    shown, last = self.generation, time.perf_counter()
+                clock.tick(self.evaluations, algo.best_time)
+        except TimeUp:
+            self._stop("time")
+        except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (Terminated)
+            self.interrupted = exc
+            self._stop("interrupted")
         finally:
-            if bar is not None:
-                bar.update(self.generation - shown)
-                bar.close()
+            if self._own_clock:
+                clock.close()
+
+    def _stop(self, why: str) -> None:
+        self.stopped, self.stopped_in = why, "search" if self.setup_done else "setup"
+        self.stopped_phase = self.clock.phase
+        self.clock.stop(why)
+        if self.best.genomes is not None:
+            self.history.append(self.generation, self.evaluations, self.elapsed(),
+                                self.best.value)
+
+    def result(self, algo: SearchAlgorithm) -> tuple[Any, float]:
+        """The best genome (a batch of one) and its T: the algorithm's, or, when the run
+        stopped early, the loop's best so far if it is strictly faster or the algorithm
+        cannot answer (its setup did not finish)."""
+        if self.stopped is None:
+            return algo.best()
+        if self.setup_done:
+            try:
+                genome, T = algo.best()
+            except (IndexError, ValueError):  # its setup was cut short
+                pass
+            else:
+                if not self.best.value < T:
+                    return genome, T
+        if self.best.genomes is None:
+            raise PlannerError("the run ended before any plan was evaluated")
+        return self.best.genomes, self.best.value
+
+
+def _chunk_rows(objective: Any) -> int | None:
+    """Rows per call for ``objective``: :func:`..evaluation.clock.chunk_rows` for a compiled
+    evaluator, one for the reference simulators (``backend`` python: DGAP's, a plan at a time
+    in Python, a thousand times slower a row); None: it has no problem to size them by."""
+    problem = getattr(objective, "problem", None)
+    if problem is None:
+        return None
+    if getattr(objective, "backend", None) == "python":
+        return 1
+    evaluator = getattr(objective, "evaluator", None)
+    return chunk_rows(problem.S, problem.B, getattr(evaluator, "threads", 1))
+
+
+def _rows_of(genomes: Any, a: int, b: int) -> Any:
+    """Rows ``a..b-1`` of a batch: :class:`Genomes`, or a flat genome array."""
+    return genomes[a:b] if isinstance(genomes, np.ndarray) else genomes.rows(a, b)
 
 
 class SearchPlanner(Planner):
@@ -254,6 +340,8 @@ class SearchPlanner(Planner):
     defaults a planner may override: :meth:`check_run`, :meth:`running`, :meth:`finish`,
     :meth:`final_plan`, :meth:`result_settings`.
     """
+
+    timed = True  # a secs: budget limits every phase of the run (:mod:`.clock`)
 
     def check_run(self, problem: Problem, mode: str, settings: dict[str, Any],
                   budget: Budget) -> None:
@@ -303,25 +391,49 @@ class SearchPlanner(Planner):
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
         s = dict(self.config)
+        clock = current_clock()  # Planner.plan's: the deadline of the whole run
         self.check_run(problem, mode, s, budget)
         termination = Termination(budget, self.name)
         objective = self.make_objective(problem, mode, s)
         algo = self.make_algorithm(problem, mode, s, budget, seed, objective)
-        loop = SearchLoop(objective, termination, progress, self.name)
+        loop = SearchLoop(objective, termination, progress, self.name, clock)
         with self.running():
             loop.run(algo)
+        if loop.interrupted is not None and loop.best.genomes is None:
+            raise loop.interrupted  # nothing evaluated: nothing to return
+        clock.phase = "the final plan"
         self.finish(loop.history, algo)
-        genome, _ = algo.best()
-        plan, schedule, T = self.final_plan(problem, mode, objective, genome)
+        if loop.best.genomes is None:  # the time ran out in the EDP reference scans
+            plan, schedule, T = never_worse_than_edp(problem, mode, None, "", float("inf"))
+        else:
+            genome, _ = loop.result(algo)
+            plan, schedule, T = self.final_plan(problem, mode, objective, genome)
         return PlanResult(
             planner=self.name, plan=plan, iteration_time=T, schedule=schedule,
-            evaluations=loop.evaluations, start_time=algo.start_time, history=loop.history,
-            settings=self.result_settings(algo, objective, s),
+            evaluations=loop.evaluations,
+            start_time=algo.start_time if loop.setup_done else None,
+            history=loop.history, settings=self.result_settings(algo, objective, s),
+            stopped=_stop_note(loop, clock), interrupted=loop.interrupted,
         )
 
 
-def never_worse_than_edp(problem: Problem, mode: str, plan: Plan, schedule: str, T: float
-                         ) -> tuple[Plan, str, float]:
+def _stop_note(loop: SearchLoop, clock: RunClock) -> str | None:
+    """One line on a run that a signal stopped, or whose time budget ended before its
+    seeding did (None: the run ended as its budget says)."""
+    phase = loop.stopped_phase or "the run"
+    if loop.stopped == "interrupted":
+        why = str(loop.interrupted) or "interrupted"
+        return f"{why} during {phase}; the plan is the best found so far"
+    if loop.stopped == "time" and loop.stopped_in == "setup":
+        best = (f"the best of the {loop.evaluations} plans evaluated" if loop.evaluations
+                else "the best EDP plan scanned")
+        return (f"the time budget secs:{clock.seconds:g} ended during seeding ({phase}), "
+                f"before the search began; the plan is {best}")
+    return None
+
+
+def never_worse_than_edp(problem: Problem, mode: str, plan: Plan | None, schedule: str,
+                         T: float) -> tuple[Plan, str, float]:
     """The plan, or the best GPipe-EDP / 1F1B-EDP plan that fits when that is faster.
 
     A family search is seeded with both, so it can only lose to torch's 1F1B at an M that
@@ -330,11 +442,13 @@ def never_worse_than_edp(problem: Problem, mode: str, plan: Plan, schedule: str,
     A plan that does not fit (``T = inf``: nothing the search found fits) is not returned:
     the best EDP plan that fits is, and when none fits either, the caller gets the
     :class:`~umpipe_bench.memory.MemoryCapError` that names the stage, bytes and cap.
+    ``plan`` None (``T = inf``): the best EDP plan alone. The scans are those the run's clock
+    allowed (:func:`..evaluation.reference.edp_reference` with ``partial``).
     """
     from ...memory import MemoryCapError
     from ..evaluation.reference import edp_reference
 
-    ref = edp_reference(problem, mode)
+    ref = edp_reference(problem, mode, partial=True)  # what the run's clock allowed
     edp = ref.faster_than(T)
     if edp is not None:
         assert edp.M is not None and edp.T is not None
@@ -343,4 +457,5 @@ def never_worse_than_edp(problem: Problem, mode: str, plan: Plan, schedule: str,
         if ref.errors:
             raise ref.errors["1f1b" if "1f1b" in ref.errors else "gpipe"]
         raise MemoryCapError(f"problem {problem.name!r} ({mode}): no plan found fits memory")
+    assert plan is not None
     return plan, schedule, float(T)

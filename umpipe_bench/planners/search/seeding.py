@@ -19,8 +19,8 @@ from ...problem import Problem
 from ..algorithms.greedy import greedy_dp_plan, local_greedy_plan
 from ..evaluation.encoding import edp_bits, plan_to_bits, random_bits
 
-__all__ = ["Seeds", "add_family_seeds", "initial_population", "seed_plans",
-           "seeding_evaluations"]
+__all__ = ["EDP_BLOCK_BYTES", "GREEDY_SHARE", "Seeds", "add_family_seeds",
+           "initial_population", "seed_plans", "seeding_evaluations"]
 
 
 def seeding_evaluations(B: int, greedy: bool) -> int:
@@ -43,27 +43,45 @@ class Seeds:
 def seed_plans(
     problem: Problem,
     mode: str,
-    evaluate: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    evaluate: Callable[..., np.ndarray],
     edp_seeds: int = 4,
     greedy: bool = True,
+    edp_ranges: bool = False,
 ) -> Seeds:
     """Scan EDP(M) for all M (B evaluations), keep the best ``edp_seeds``; add the greedy plans.
 
-    ``evaluate(fbits, bbits) -> T`` is the planner's own fitness (the reference one individual
-    at a time for DGAP, the population evaluator for TiDGAP); every call is counted.
+    ``evaluate(fbits, bbits) -> T`` is the planner's own fitness (the reference one
+    individual at a time for DGAP, the population evaluator for TiDGAP); every call is
+    counted. The scan goes in blocks of EDP plans, so its bits never exist all at once and the
+    run's clock (:mod:`..evaluation.clock`) is seen between blocks; the greedy-dp plan checks
+    it between stages, and under a time budget is left out when it would take more than
+    :data:`GREEDY_SHARE` of it. ``edp_ranges``: the scan's calls are ``evaluate(fbits, bbits,
+    edp=range)``, the block's M (which lets an objective take them from the EDP reference
+    scan, :class:`..evaluation.objective.Genomes`).
     """
+    from ..evaluation.clock import current
+
     S, B = problem.S, problem.B
-    edp_f = np.stack([edp_bits(S, B, M) for M in range(1, B + 1)])
-    T_edp = evaluate(edp_f, edp_f)
+    clock = current()
+    clock.phase = "the EDP seed scan"
+    T_edp = np.empty(B)
+    step = max(1, EDP_BLOCK_BYTES // max(1, S * (B - 1)))
+    for a in range(1, B + 1, step):
+        Ms = range(a, min(B, a + step - 1) + 1)
+        f = np.stack([edp_bits(S, B, M) for M in Ms])
+        T_edp[a - 1:Ms[-1]] = evaluate(f, f, edp=Ms) if edp_ranges else evaluate(f, f)
     order = np.argsort(T_edp, kind="stable")[: max(0, edp_seeds)]
-    fb = [edp_f[i] for i in order]
-    bb = [edp_f[i] for i in order]
+    fb = [edp_bits(S, B, int(i) + 1) for i in order]
+    bb = list(fb)
     times = [float(T_edp[i]) for i in order]
     labels = [f"EDP({i + 1})" for i in order]
     evals = B
     if greedy:
-        plans = [("local-greedy", local_greedy_plan(problem, mode)),
-                 ("greedy-dp", greedy_dp_plan(problem, mode))]
+        clock.phase = "the greedy seed plans"
+        share = None if clock.seconds is None else GREEDY_SHARE * clock.seconds
+        dp = greedy_dp_plan(problem, mode, share)
+        plans = [("local-greedy", local_greedy_plan(problem, mode))]
+        plans += [("greedy-dp", dp)] if dp is not None else []
         gf, gb = zip(*(plan_to_bits(p) for _, p in plans))
         T_g = evaluate(np.stack(gf), np.stack(gb))
         evals += len(plans)
@@ -80,6 +98,15 @@ def seed_plans(
         labels=labels,
         evaluations=evals,
     )
+
+
+#: With a time budget, the greedy-dp seed is left out when its construction would take more
+#: than this share of the budget (projected from its first stage: 0.11 s a stage at S = 128,
+#: B = 2048, 14 s in stash, so a minute's budget leaves it out there).
+GREEDY_SHARE = 0.1
+
+#: Bytes of cut bits per block of the seeding's EDP scan (64 plans at S = 128, B = 2048).
+EDP_BLOCK_BYTES = 1 << 24
 
 
 def initial_population(
@@ -119,8 +146,7 @@ def add_family_seeds(problem: Problem, mode: str, seeds: Seeds,
     from .caps import family_seeds
 
     S, B = problem.S, problem.B
-    extra = [(label, M, k) for label, M, k in family_seeds(problem, mode)
-             if not label.startswith("gpipe")]
+    extra = family_seeds(problem, mode)
     n = len(seeds.labels)
     caps = np.full((n + len(extra), S), B, np.int64)
     fb, bb, times = list(seeds.fbits), list(seeds.bbits), list(seeds.times)
