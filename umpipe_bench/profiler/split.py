@@ -9,7 +9,8 @@ Zero-bubble schedules (Qi et al., ICLR 2024; torch's ``ScheduleInterleavedZeroBu
   loss) w.r.t. the stage input, graph retained. Before it, the autograd graph is split at its
   *frontier*: the nodes on a path to the stage input that also have a child leading only to
   parameters (a Linear's ``addmm``, a LayerNorm's or a convolution's backward node). A pre-hook
-  on each frontier node keeps the gradient that arrives there during I.
+  on each frontier node keeps the gradient that arrives there during I (the frontier is the
+  runtime's cuts, :func:`umpipe_bench.runtime.split_backward.cut_groups`).
 * **W** (:func:`backward_weight`): ``torch.autograd.grad`` from each frontier node
   (``GradientEdge``) with its kept gradient down to the parameters below it; it re-runs only
   the frontier node and its parameter-only children, never the input-gradient path again
@@ -35,8 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.autograd.graph import GradientEdge, Node
+from torch.autograd.graph import GradientEdge
 
+from ..runtime.split_backward import Cut as _Frontier
+from ..runtime.split_backward import cut_groups as _frontier
 from .rig import StageRig, stage_forward
 
 __all__ = [
@@ -49,16 +52,6 @@ __all__ = [
 
 
 @dataclass
-class _Frontier:
-    """One frontier node: the parameters below its parameter-only children and the gradient
-    that reached it during I."""
-
-    node: Node
-    params: list[torch.nn.Parameter]
-    grads: tuple[torch.Tensor | None, ...] | None = None
-
-
-@dataclass
 class SplitState:
     """What a microbatch keeps from its I pass for its W pass."""
 
@@ -67,71 +60,6 @@ class SplitState:
     #: stage 0 (input needs no gradient): W is the whole backward of these
     full: tuple[torch.Tensor, torch.Tensor | None] | None = None
     params: list[torch.nn.Parameter] = field(default_factory=list)
-
-
-def _graph(root: Node) -> list[Node]:
-    """Every node reachable from ``root``, children before parents (iterative post-order)."""
-    order: list[Node] = []
-    seen: set[Node] = {root}
-    stack: list[tuple[Node, int]] = [(root, 0)]
-    while stack:
-        node, i = stack.pop()
-        nexts = node.next_functions
-        if i < len(nexts):
-            stack.append((node, i + 1))
-            child = nexts[i][0]
-            if child is not None and child not in seen:
-                seen.add(child)
-                stack.append((child, 0))
-        else:
-            order.append(node)
-    return order
-
-
-def _frontier(root: Node, x: torch.Tensor,
-              params: list[torch.nn.Parameter]) -> list[list[_Frontier]]:
-    """Split the graph under ``root`` at its frontier (module docstring): the nodes that reach
-    the stage input ``x`` and have children reaching only parameters. Nodes whose
-    parameter-only children share a parameter (one weight used in several places) form one
-    group; every other node is a group of its own."""
-    by_id = {id(p): p for p in params}
-    reaches_input: dict[Node, bool] = {}
-    below: dict[Node, frozenset[int]] = {}  # ids of parameters reachable from a node
-    for node in _graph(root):
-        var = getattr(node, "variable", None)
-        if var is not None:  # AccumulateGrad of a leaf
-            reaches_input[node] = var is x
-            below[node] = frozenset({id(var)}) if id(var) in by_id else frozenset()
-            continue
-        kids = [c for c, _ in node.next_functions if c is not None]
-        reaches_input[node] = any(reaches_input[c] for c in kids)
-        below[node] = frozenset().union(*(below[c] for c in kids))
-    nodes: list[tuple[Node, frozenset[int]]] = []
-    for node, to_input in reaches_input.items():
-        if to_input:
-            mine = frozenset().union(*(below[c] for c, _ in node.next_functions
-                                       if c is not None and not reaches_input[c]))
-            if mine:
-                nodes.append((node, mine))
-    # group nodes sharing a parameter (union-find over node indices)
-    parent = list(range(len(nodes)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first: dict[int, int] = {}
-    for i, (_, mine) in enumerate(nodes):
-        for pid in mine:
-            j = first.setdefault(pid, i)
-            parent[find(i)] = find(j)
-    groups: dict[int, list[_Frontier]] = {}
-    for i, (node, mine) in enumerate(nodes):
-        groups.setdefault(find(i), []).append(
-            _Frontier(node, [by_id[k] for k in sorted(mine)]))
-    return list(groups.values())
 
 
 def backward_input(rig: StageRig, x: torch.Tensor, out: torch.Tensor, m: int,

@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 import torch
 from torch.autograd.graph import GradientEdge, Node
 
-__all__ = ["WeightWork", "first_chunk_work", "input_grad", "weight_grad"]
+__all__ = ["Cut", "WeightWork", "cut_groups", "first_chunk_work", "input_grad", "weight_grad"]
 
 Grads = tuple[torch.Tensor | None, ...]
 
 
 @dataclass
-class _Cut:
+class Cut:
     """A node on the input path with parameter branches: the parameters below them and the
     gradient that reached the node during ``I``."""
 
@@ -59,7 +59,7 @@ class WeightWork:
     """What one microbatch keeps from its ``I`` for its ``W``."""
 
     #: groups of cuts (a group's branches share parameters)
-    groups: list[list[_Cut]] = field(default_factory=list)
+    groups: list[list[Cut]] = field(default_factory=list)
     #: first chunk: the output and its gradient; ``W`` is then the whole backward
     full: tuple[torch.Tensor, torch.Tensor | None] | None = None
     params: list[torch.nn.Parameter] = field(default_factory=list)
@@ -85,8 +85,8 @@ def _nodes_children_first(root: Node) -> list[Node]:
     return out
 
 
-def _cuts(root: Node, x: torch.Tensor, params: Sequence[torch.nn.Parameter]
-          ) -> list[list[_Cut]]:
+def cut_groups(root: Node, x: torch.Tensor, params: Sequence[torch.nn.Parameter]
+               ) -> list[list[Cut]]:
     """The cuts of the graph under ``root`` (module docstring), grouped by shared parameters."""
     by_id = {id(p): p for p in params}
     to_input: dict[Node, bool] = {}
@@ -122,9 +122,9 @@ def _cuts(root: Node, x: torch.Tensor, params: Sequence[torch.nn.Parameter]
     for i, (_, branch) in enumerate(found):
         for pid in branch:
             label[root_of(i)] = root_of(owner.setdefault(pid, i))
-    groups: dict[int, list[_Cut]] = {}
+    groups: dict[int, list[Cut]] = {}
     for i, (node, branch) in enumerate(found):
-        groups.setdefault(root_of(i), []).append(_Cut(node, [by_id[k] for k in sorted(branch)]))
+        groups.setdefault(root_of(i), []).append(Cut(node, [by_id[k] for k in sorted(branch)]))
     return list(groups.values())
 
 
@@ -135,9 +135,9 @@ def input_grad(y: torch.Tensor, x: torch.Tensor, grad_y: torch.Tensor | None,
     params = [p for p in params if p.requires_grad]
     if y.grad_fn is None:
         return torch.zeros_like(x), WeightWork(params=params)
-    groups = _cuts(y.grad_fn, x, params)
+    groups = cut_groups(y.grad_fn, x, params)
 
-    def keeper(cut: _Cut) -> Callable[[Grads], None]:
+    def keeper(cut: Cut) -> Callable[[Grads], None]:
         def hook(grads: Grads) -> None:
             cut.grads = tuple(grads)
         return hook
