@@ -49,6 +49,7 @@ def test_never_slower_than_the_best_reproduced_torch_schedule_random_split(seed)
     assert res.evaluations <= 3000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt1-14", "vgg16"])
 def test_never_slower_than_the_best_reproduced_torch_schedule_profiles(name):
     problem = get_problem(name)

@@ -179,6 +179,7 @@ def test_execute_checks_dtype_and_optimizer_before_launching(capsys, tmp_path, o
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # launches the stage processes
 def test_execute_leaves_no_temporary_folder(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     from tests.test_runtime import tiny_problem

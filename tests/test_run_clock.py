@@ -121,7 +121,8 @@ def test_a_whole_run_makes_short_compiled_calls_only(monkeypatch):
     assert sizes and max(sizes) <= chunk_rows(problem.S, problem.B)
 
 
-@pytest.mark.parametrize("planner", ["tidgap", "random-search", "dgap"])
+@pytest.mark.parametrize("planner", ["tidgap", "random-search",
+                                     pytest.param("dgap", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("mode", ["stash", "recompute"])
 def test_chunking_changes_no_result(monkeypatch, planner, mode):
     """The same seed and evaluation budget give the same plan, T and count whether every

@@ -87,6 +87,7 @@ def _signal_and_wait(proc: subprocess.Popen, sig: int, wait: float) -> str:
             proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_ends_plan_with_the_best_plan_so_far_written(tmp_path, sig):
     out = tmp_path / "p.json"
@@ -102,7 +103,7 @@ def test_a_signal_ends_plan_with_the_best_plan_so_far_written(tmp_path, sig):
     T = simulate(get_problem(BIG), plan, plan.meta["schedule"]).iteration_time
     assert T == plan.meta["predicted_time"]
 
-
+@pytest.mark.slow
 def test_a_signal_stops_the_study_workers_at_once(tmp_path):
     """``study --jobs 2``: a point of ten million evaluations takes minutes; SIGTERM must
     kill the workers, not wait for their points."""
