@@ -169,11 +169,10 @@ def run(args: argparse.Namespace) -> int:
     if args.devices is not None:
         return run_chunks(args)
     from ..files import check_append_csv
-    from ..runtime.errors import StageFailure
     from ..runtime.execution import prepare, run_execution
-    from ..runtime.report import COLUMNS, format_table, write_csv
+    from ..runtime.report import COLUMNS, format_table
     from ._lookup import problem as get_problem
-    from ._paths import check_output_dir, writing
+    from ._paths import check_output_dir
 
     if args.csv:  # a file of other rows is refused now, not after the run
         check_append_csv(args.csv, COLUMNS, "--csv")
@@ -187,20 +186,10 @@ def run(args: argparse.Namespace) -> int:
     _check_backend(ex.spec.backend)
     if args.check_grads:
         return _checked_run(ex, args, lambda d: _stage_check(ex.spec, d), run_execution)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        result = _run_in_process(ex.spec, args)
-        if result is None:
-            return 0  # not rank 0: rank 0 reports
-    else:
-        try:
-            result = run_execution(ex, args.run_dir, deadline_s=args.deadline, echo=args.echo)
-        except StageFailure as exc:
-            print(f"umpipe-bench execute: error: {exc}", file=sys.stderr)
-            return 1
-    rows = ex.rows(result)
-    if args.csv:
-        with writing(args.csv, "--csv"):
-            write_csv(rows, args.csv)
+    result = _run_or_join(ex, args, run_execution)
+    if isinstance(result, int):
+        return result
+    rows = _rows(ex, result, args)
     if args.json:
         print(json.dumps({"rows": rows, "result": result}))
         return 0
@@ -239,10 +228,9 @@ def run_chunks(args: argparse.Namespace) -> int:
     """``execute --devices D``: chunk plan files, one process per device."""
     from ..files import check_append_csv
     from ..runtime.chunk_execution import gradient_check, prepare_chunks, run_chunk_execution
-    from ..runtime.errors import StageFailure
-    from ..runtime.report import COLUMNS, format_table, write_csv
+    from ..runtime.report import COLUMNS, format_table
     from ._lookup import problem as get_problem
-    from ._paths import check_output_dir, writing
+    from ._paths import check_output_dir
 
     for flag, given in (("--no-peer", args.no_peer), ("--force-plan", args.force_plan)):
         if given:
@@ -266,21 +254,10 @@ def run_chunks(args: argparse.Namespace) -> int:
 
         return _checked_run(ex, args, lambda d: gradient_check(ex.spec, kept["result"], d),
                             launch)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        result = _run_in_process(ex.spec, args, chunks=True)
-        if result is None:
-            return 0
-    else:
-        try:
-            result = run_chunk_execution(ex, args.run_dir, deadline_s=args.deadline,
-                                         echo=args.echo)
-        except StageFailure as exc:
-            print(f"umpipe-bench execute: error: {exc}", file=sys.stderr)
-            return 1
-    rows = ex.rows(result)
-    if args.csv:
-        with writing(args.csv, "--csv"):
-            write_csv(rows, args.csv)
+    result = _run_or_join(ex, args, run_chunk_execution, chunks=True)
+    if isinstance(result, int):
+        return result
+    rows = _rows(ex, result, args)
     if args.json:
         print(json.dumps({"rows": rows, "result": result, "fallbacks": ex.fallbacks}))
         return 0
@@ -295,6 +272,35 @@ def run_chunks(args: argparse.Namespace) -> int:
     if args.csv:
         print(f"wrote {args.csv}")
     return 0
+
+
+def _run_or_join(ex: Any, args: argparse.Namespace, launch: Any,
+                 chunks: bool = False) -> dict[str, Any] | int:
+    """Rank 0's result: this rank's part under an existing torchrun launch, else ``launch``'s
+    run of one process per stage (``chunks``: per device). An int is the exit code: 0 on the
+    other ranks (rank 0 reports), 1 when a process failed."""
+    from ..runtime.errors import StageFailure
+
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        result = _run_in_process(ex.spec, args, chunks=chunks)
+        return 0 if result is None else result
+    try:
+        return launch(ex, args.run_dir, deadline_s=args.deadline, echo=args.echo)
+    except StageFailure as exc:
+        print(f"umpipe-bench execute: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _rows(ex: Any, result: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The report rows of a run, appended to ``--csv`` when given."""
+    from ..runtime.report import write_csv
+    from ._paths import writing
+
+    rows = ex.rows(result)
+    if args.csv:
+        with writing(args.csv, "--csv"):
+            write_csv(rows, args.csv)
+    return rows
 
 
 def _run_in_process(spec: Any, args: argparse.Namespace,

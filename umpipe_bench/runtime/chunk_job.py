@@ -31,7 +31,7 @@ from ..errors import InputError
 from ..problem import Problem
 from .errors import PlanRefused
 from .grouping import normalize_layers_per_stage, stage_source
-from .spec import BACKENDS, DTYPE_NAMES, OPTIMIZERS, JsonSpec
+from .spec import JsonSpec, check_run_names
 
 __all__ = [
     "ChunkEntry",
@@ -186,13 +186,7 @@ class ChunkRunSpec(JsonSpec):
 
     def __post_init__(self) -> None:
         """Refuse what no device process could run (before launching)."""
-        for name, value, valid in (("dtype", self.dtype.lower().removeprefix("torch."),
-                                    DTYPE_NAMES),
-                                   ("optimizer", self.optimizer.lower(), OPTIMIZERS),
-                                   ("backend", self.backend, BACKENDS)):
-            if value not in valid:
-                raise PlanRefused(f"{name} {getattr(self, name)!r}: expected one of "
-                                  f"{', '.join(valid)}")
+        check_run_names(self)
         labels = [e.label for e in self.entries]
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:

@@ -51,6 +51,21 @@ class Entry:
             raise ValueError(f"entry {self.label!r}: engine must be one of {ENGINES}")
 
 
+def check_run_names(spec: Any) -> None:
+    """Refuse a spec's ``dtype``, ``optimizer`` or ``backend`` that no process could use
+    (:class:`.errors.PlanRefused`, before launching)."""
+    from .errors import PlanRefused
+
+    for name, value, valid in (("dtype", spec.dtype.lower().removeprefix("torch."),
+                                DTYPE_NAMES),
+                               ("optimizer", spec.optimizer.lower(), OPTIMIZERS),
+                               ("backend", spec.backend, BACKENDS)):
+        if value not in valid:
+            raise PlanRefused(f"{name} {getattr(spec, name)!r}: expected one of "
+                              f"{', '.join(valid)}")
+
+
+@dataclass
 class JsonSpec:
     """A launch's spec as the JSON its processes read: a dataclass whose ``entries`` are
     dataclasses of type :attr:`ENTRY`."""
@@ -102,15 +117,7 @@ class RunSpec(JsonSpec):
 
     def __post_init__(self) -> None:
         """Refuse names no worker could use (fail before launching)."""
-        from .errors import PlanRefused
-
-        for name, value, valid in (("dtype", self.dtype.lower().removeprefix("torch."),
-                                    DTYPE_NAMES),
-                                   ("optimizer", self.optimizer.lower(), OPTIMIZERS),
-                                   ("backend", self.backend, BACKENDS)):
-            if value not in valid:
-                raise PlanRefused(f"{name} {getattr(self, name)!r}: expected one of "
-                                  f"{', '.join(valid)}")
+        check_run_names(self)
 
     @property
     def S(self) -> int:
