@@ -105,3 +105,27 @@ def test_equal_plans_refuse_a_count_above_the_mini_batch(problem) -> None:
     best = {"gpipe": Plan.edp(problem.S, problem.B, 1, "stash")}
     with pytest.raises(SystemExit, match="--equal: M = 99 is not in 1..B"):
         comparison.equal_plans(problem, [99], best, set())
+
+
+def test_message_charge_replay_adds_it_on_every_end_of_a_serial_chain() -> None:
+    """scripts/torch_schedule_ops.py's replay: GPipe with one microbatch on two devices is one
+    chain F0 -> F1 -> B1 -> B0 with two messages, each charged on both ends: T grows by 4h."""
+    import importlib.util
+    from pathlib import Path
+
+    from umpipe_bench.devsim import edp_sizes
+    from umpipe_bench.layout import chunk_devices, group_layers
+    from umpipe_bench.torch_schedules import torch_orders
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "torch_schedule_ops.py"
+    spec = importlib.util.spec_from_file_location("torch_schedule_ops", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    p = get_problem("gpt1-mini-s2")
+    G = group_layers(p, [1, 1])
+    cd = chunk_devices("one", 2, 1)
+    lists = torch_orders("gpipe", 2, 1)
+    sizes = edp_sizes(p.B, 1)
+    t0 = mod._replay(G, cd, lists, sizes, 0.0)
+    h = 1e-3
+    assert mod._replay(G, cd, lists, sizes, h) == pytest.approx(t0 + 4 * h, rel=1e-12)
