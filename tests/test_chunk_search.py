@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import signal
 import json
 
 import numpy as np
@@ -17,6 +18,7 @@ from umpipe_bench.chunk_codec import ChunkGenomes, ChunkSpace
 from umpipe_bench.chunk_torch import random_split_problem, simulate_plan, torch_plan
 from umpipe_bench.chunkplan import ChunkPlan
 from umpipe_bench.cli import main
+from umpipe_bench.errors import Terminated
 from umpipe_bench.planners.algorithms.chunk_search import (
     ChunkSearch,
     layout_options,
@@ -269,3 +271,56 @@ def test_plan_devices_memory_cap(split_file, capsys):
     assert main([*argv, "--memory-cap", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no chunk plan found fits the memory cap" in err[0], err
+
+
+def _interrupt_after(monkeypatch, n, exc):
+    """Make the search's ``n``-th generation raise ``exc`` (a signal's exception)."""
+    from umpipe_bench.planners.algorithms import chunk_search as cs
+
+    calls = {"n": 0}
+    orig = cs._Run.generation
+
+    def generation(self, sp):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise exc
+        return orig(self, sp)
+
+    monkeypatch.setattr(cs._Run, "generation", generation)
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), Terminated(signal.SIGTERM)])
+def test_a_signal_in_the_search_returns_the_best_plan_found(monkeypatch, exc):
+    problem = random_split_problem(8, 8, 4)
+    _interrupt_after(monkeypatch, 5, exc)
+    res = ChunkSearch().plan(problem, 2, budget="evals:100000", seed=0)
+    assert res.interrupted is exc and "the plan is the best found" in res.stopped
+    assert simulate_plan(problem, res.plan).iteration_time == res.iteration_time
+    assert res.iteration_time <= res.start_time and res.evaluations < 100000
+
+
+def test_plan_devices_saves_the_plan_on_a_signal_then_exits_130(monkeypatch, split_file,
+                                                                tmp_path, capsys):
+    out_file = tmp_path / "chunk.json"
+    _interrupt_after(monkeypatch, 3, KeyboardInterrupt())
+    assert main(["plan", "--problem", split_file, "--devices", "2", "--budget",
+                 "evals:100000", "--json", "--out", str(out_file)]) == 130
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert "the plan is the best found" in out["stopped"] and "interrupted" in cap.err
+    assert ChunkPlan.load(out_file).to_dict() == out["plan"]
+
+
+def test_plan_devices_signal_before_any_plan_writes_nothing(monkeypatch, split_file, tmp_path,
+                                                            capsys):
+    from umpipe_bench.planners.algorithms import chunk_search as cs
+
+    def baselines(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cs._Run, "baselines", baselines)
+    out_file = tmp_path / "chunk.json"
+    assert main(["plan", "--problem", split_file, "--devices", "2", "--out",
+                 str(out_file)]) == 130
+    assert "before any chunk plan; nothing written" in capsys.readouterr().err
+    assert not out_file.exists()

@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any
 
-from ..errors import UserInputError
+from ..errors import Terminated, UserInputError
 from ._numbers import whole
 from ._paths import path_arg
 
@@ -206,8 +206,8 @@ def _edp_result(planner: str, problem: Any, args: argparse.Namespace,
         raise exc from None
     res = PlanResult(planner=planner, plan=plan, iteration_time=T, schedule=schedule,
                      seed=args.seed, interrupted=exc,
-                     stopped=f"{exc or 'interrupted'} during {phase}; the plan is the best EDP "
-                     "plan scanned")
+                     stopped=f"{str(exc) or 'interrupted'} during {phase}; the plan is the "
+                     "best EDP plan scanned")
     return annotate_result(res, problem)
 
 
@@ -251,7 +251,7 @@ def _print_report(args: argparse.Namespace, problem: Any, res: Any, out: dict[st
 
 def run_devices(args: argparse.Namespace) -> int:
     """``plan --devices D``: the chunk-plan planner (docs/CHUNK-SCHEDULES.md §9)."""
-    from ..memory import format_bytes, parse_size
+    from ..memory import parse_size
     from ..planners.algorithms.chunk_search import ChunkSearch
     from ._lookup import problem as get_problem
     from ._paths import writing
@@ -268,8 +268,16 @@ def run_devices(args: argparse.Namespace) -> int:
     cap = parse_size(args.memory_cap) if args.memory_cap is not None else None
     planner = ChunkSearch(**_parse_sets(args.settings))
     budget = args.budget or planner.default_budget
-    res = planner.plan(problem, D, mode=args.mode, budget=budget, seed=args.seed,
-                       memory_cap=cap, progress=not args.no_progress and sys.stderr.isatty())
+    try:
+        res = planner.plan(problem, D, mode=args.mode, budget=budget, seed=args.seed,
+                           memory_cap=cap, progress=not args.no_progress and sys.stderr.isatty(),
+                           started=getattr(args, "started", None))
+    except (KeyboardInterrupt, Terminated) as exc:  # before the search had a plan
+        print(f"umpipe-bench plan: {str(exc) or 'interrupted'} during the torch baselines, "
+              "before any chunk plan; nothing written", file=sys.stderr)
+        raise
+    if res.stopped:
+        print(f"umpipe-bench plan: {res.stopped}", file=sys.stderr)
     plan, T = res.plan, res.iteration_time
     best, exact = res.best_torch(), res.best_torch(exact_only=True)
     out: dict[str, Any] = {
@@ -303,6 +311,8 @@ def run_devices(args: argparse.Namespace) -> int:
         "wall_time": res.wall_time,
         "settings": res.settings,
     }
+    if res.stopped:
+        out["stopped"] = res.stopped
     if args.out:
         with writing(args.out, "--out"):
             plan.save(args.out)
@@ -310,9 +320,20 @@ def run_devices(args: argparse.Namespace) -> int:
     if args.json:
         out["plan"] = plan.to_dict()
         print(json.dumps(out, default=str))
-        return 0
-    print(f"problem {problem.name} ({problem.S} layers, B={problem.B}) on D={D} devices, mode "
-          f"{args.mode}, planner {planner.name}, seed {args.seed}, budget {budget}")
+    else:
+        _print_devices(problem, args, planner, budget, res, T, plan, best)
+    if res.interrupted is not None:
+        raise res.interrupted  # the plan so far is saved: exit 130 (SIGINT) / 143 (SIGTERM)
+    return 0
+
+
+def _print_devices(problem: Any, args: argparse.Namespace, planner: Any, budget: Any, res: Any,
+                   T: float, plan: Any, best: Any) -> None:
+    """The text report of ``plan --devices``."""
+    from ..memory import format_bytes
+
+    print(f"problem {problem.name} ({problem.S} layers, B={problem.B}) on D={args.devices} "
+          f"devices, mode {args.mode}, planner {planner.name}, seed {args.seed}, budget {budget}")
     print(f"iteration time T = {T * 1e3:.4f} ms  [{plan.describe()}, partition "
           f"{'-'.join(map(str, plan.layers))}]  ({res.evaluations} evaluations over "
           f"{res.spaces} spaces, {res.wall_time:.2f} s)")
@@ -335,4 +356,3 @@ def run_devices(args: argparse.Namespace) -> int:
         print(f"peak memory: max {format_bytes(max(res.peak_memory))} over devices{capt}")
     if args.out:
         print(f"wrote chunk plan: {args.out}")
-    return 0

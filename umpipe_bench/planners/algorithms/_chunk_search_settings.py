@@ -87,6 +87,10 @@ class ChunkSearchResult:
     start_time: float = math.inf  # best T of the seeded populations
     memory_cap: float | None = None
     history: History = field(default_factory=History)
+    #: the SIGINT/SIGTERM that ended the search early (the plan is the best found), else None
+    interrupted: BaseException | None = None
+    #: why the search ended before its budget, one line, else None
+    stopped: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
 
     def best_torch(self, exact_only: bool = False) -> TorchBaseline | None:

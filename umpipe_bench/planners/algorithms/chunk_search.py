@@ -43,7 +43,7 @@ import numpy as np
 
 from ...chunk_codec import ChunkGenomes, ChunkSpace
 from ...chunkplan import ChunkPlan
-from ...errors import InternalError, MemoryCapError
+from ...errors import InternalError, MemoryCapError, Terminated
 from ...layout import balanced_counts
 from ...plan import MODES
 from ...problem import Problem
@@ -104,10 +104,15 @@ class ChunkSearch:
     # ------------------------------------------------------------------ the run
     def plan(self, problem: Problem, D: int, *, mode: str = "stash",
              budget: str | Budget | None = None, seed: int | None = 0,
-             memory_cap: float | None = None, progress: bool = False) -> ChunkSearchResult:
+             memory_cap: float | None = None, progress: bool = False,
+             started: float | None = None) -> ChunkSearchResult:
         """The best chunk plan found for ``problem`` (its stages are the layers) on ``D``
-        devices; ``memory_cap``: bytes per device (default: the problem's capacities)."""
-        t0 = time.perf_counter()
+        devices; ``memory_cap``: bytes per device (default: the problem's capacities);
+        ``started``: the ``time.perf_counter()`` a time budget counts from (the command's
+        process start, docs/ARCHITECTURE.md "Budgets and signals"; default: now). A SIGINT or
+        SIGTERM during the search ends it with the best plan found as the result, the signal
+        in ``interrupted`` (during the torch baselines, before any plan, it propagates)."""
+        t0 = time.perf_counter() if started is None else float(started)
         s = self.config
         if mode not in MODES:
             raise PlannerError(f"mode must be one of {MODES}, got {mode!r}")
@@ -131,8 +136,20 @@ class ChunkSearch:
         rng = np.random.default_rng(seed)
         run = _Run(self, problem, D, mode, cap, termination, rng, progress, t0)
         baselines = run.baselines()
-        run.search(layouts, splits, baselines)
+        interrupted: BaseException | None = None
+        try:
+            run.search(layouts, splits, baselines)
+        except (KeyboardInterrupt, Terminated) as exc:
+            if run.best is None:
+                raise
+            interrupted = exc
+        finally:
+            run.close()
         res = run.result(baselines)
+        if interrupted is not None:
+            res.interrupted = interrupted
+            res.stopped = (f"{str(interrupted) or 'interrupted'} after {run.evaluations} "
+                           "evaluations; the plan is the best found")
         res.seed = seed
         res.wall_time = time.perf_counter() - t0
         return res
@@ -164,8 +181,9 @@ class _Run:
         self.evaluations = 0
         self.generations = 0
         self.history = History()
-        self.best_T = math.inf
-        self.best: tuple[_Space, ChunkGenomes] | None = None
+        #: (T, space, genome) of the best plan evaluated: one attribute, so a signal between
+        #: two stores cannot pair one plan's T with another plan
+        self.best: tuple[float, _Space, ChunkGenomes] | None = None
         self.start_time = math.inf
         self.visited: dict[ChunkSpace, _Space] = {}
         self.bar: Any = None
@@ -176,6 +194,17 @@ class _Run:
 
             self.bar = tqdm(total=termination.budget.evaluations, desc=owner.name,
                             unit="eval", leave=False)
+
+    @property
+    def best_T(self) -> float:
+        """T of the best plan evaluated (inf before the first)."""
+        return math.inf if self.best is None else self.best[0]
+
+    def close(self) -> None:
+        """Close the progress bar."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     # ------------------------------------------------------------------ budget
     def elapsed(self) -> float:
@@ -197,8 +226,7 @@ class _Run:
         T = np.asarray(sp.objective.evaluate(genomes), dtype=np.float64)
         i = int(np.argmin(T))
         if T[i] < self.best_T:
-            self.best_T = float(T[i])
-            self.best = (sp, genomes.row(i).copy())
+            self.best = (float(T[i]), sp, genomes.row(i).copy())
         if self.bar is not None and time.perf_counter() - self._last >= self.owner.PROGRESS_EVERY:
             self.bar.update(self.evaluations - self._shown)
             self.bar.set_postfix(best=f"{self.best_T:.6g}", spaces=len(self.visited),
@@ -297,7 +325,7 @@ class _Run:
         self.loop(live)
         if self.bar is not None:
             self.bar.update(self.evaluations - self._shown)
-            self.bar.close()
+        self.close()
 
     def _room(self) -> int:
         capn = self.termination.budget.evaluations
@@ -382,7 +410,7 @@ class _Run:
                 f"problem {self.problem.name!r} ({self.mode}) on D = {self.D}: no chunk plan "
                 "found fits the memory cap"
                 + (f" of {self.cap:.0f} bytes" if self.cap is not None else ""))
-        sp, row = self.best
+        _, sp, row = self.best
         plan = sp.objective.decode(row, 0)
         tl = simulate_plan(self.problem, plan)
         if tl.iteration_time != self.best_T:
