@@ -293,3 +293,17 @@ def test_unequal_parts_memory_counts_each_action_at_its_size():
     # recompute: inputs 1 + 3; 0I1 runs with its 30 bytes beside 0I0's held 4 and 0I1's input
     assert simulate_devices(p, (0,), lists, None, "recompute",
                             parts=parts).peak_memory == [4.0 + 3.0 + 30.0]
+
+
+def test_schedule_table_names_each_schedule_before_it_runs():
+    """The progress hook: called once per schedule, in registry order, before its search."""
+    from umpipe_bench.registry import get_problem
+    from umpipe_bench.torch_schedules.best import schedule_table
+    from umpipe_bench.torch_schedules.orders import TORCH_SCHEDULES
+
+    seen = []
+    rows = schedule_table(get_problem("gpt1-s4"), 2,
+                          on_schedule=lambda i, n, name: seen.append((i, n, name)))
+    n = len(TORCH_SCHEDULES)
+    assert seen == [(i, n, name) for i, name in enumerate(TORCH_SCHEDULES)]
+    assert [r.schedule for r in rows] == list(TORCH_SCHEDULES)

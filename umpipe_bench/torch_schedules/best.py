@@ -218,15 +218,21 @@ def schedule_table(
     v: int | None = None,
     vs: Sequence[int] = (1, 2, 3, 4),
     op_overhead: float = 0.0,
+    on_schedule: Callable[[int, int, str], None] | None = None,
 ) -> list[TableRow]:
     """Every torch schedule's best (v, M, partition) on a per-layer problem and ``D`` devices
     (:func:`best_choice`), in registry order; a schedule that cannot run (too few layers for
-    its chunks, no split-backward costs, nothing fits the cap) gets a reason instead."""
+    its chunks, no split-backward costs, nothing fits the cap) gets a reason instead.
+    ``on_schedule(i, n, name)`` is called before the ``i``-th of the ``n`` schedules (a
+    progress display)."""
     from .orders import TORCH_SCHEDULES, ScheduleShapeError, check, schedule_info, torch_orders
 
     infos = [schedule_info(n) for n in (names or list(TORCH_SCHEDULES))]
     rows = []
-    for info in infos:
+    for i, info in enumerate(infos):
+        if on_schedule is not None:
+            on_schedule(i, len(infos), info.name)
+
         def valid(D: int, M: int, vv: int | None, name: str = info.name) -> bool:
             try:
                 check(name, D, M, vv)

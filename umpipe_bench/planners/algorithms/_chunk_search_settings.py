@@ -5,6 +5,7 @@ docs/CHUNK-SCHEDULES.md §9)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,17 +166,19 @@ class _Space:
                 self.best_T, self.best_row = float(T[i]), pop.row(i).copy()
 
 
-def torch_baselines(problem: Problem, D: int, mode: str, cap: float | None
+def torch_baselines(problem: Problem, D: int, mode: str, cap: float | None,
+                    on_schedule: Callable[[int, int, str], None] | None = None
                     ) -> list[TorchBaseline]:
     """Every torch schedule's best v, M and layer partition on ``D`` devices within ``cap``
-    (the exact search of ``umpipe-bench schedules``), cached per problem."""
+    (the exact search of ``umpipe-bench schedules``), cached per problem; ``on_schedule`` as
+    :func:`umpipe_bench.torch_schedules.best.schedule_table`'s."""
     from ...chunk_torch import REPRODUCED
     from ...torch_schedules.best import schedule_table
 
     key = (problem.digest(split=True), problem.name, D, mode, cap)
     if key in _BASELINES:
         return list(_BASELINES[key])
-    rows = schedule_table(problem, D, mode, cap)
+    rows = schedule_table(problem, D, mode, cap, on_schedule=on_schedule)
     out = []
     for r in rows:
         c = r.choice

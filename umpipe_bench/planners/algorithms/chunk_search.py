@@ -239,7 +239,16 @@ class _Run:
 
     # ------------------------------------------------------------------ baselines
     def baselines(self) -> list[TorchBaseline]:
-        return torch_baselines(self.problem, self.D, self.mode, self.cap)
+        """torch's schedules at their best (seconds on 14-16 layers; the bar names each)."""
+        def shown(i: int, n: int, name: str) -> None:
+            if self.bar is not None:
+                self.bar.set_description(f"{self.owner.name}: torch baselines {i + 1}/{n} "
+                                         f"({name})")
+
+        out = torch_baselines(self.problem, self.D, self.mode, self.cap, shown)
+        if self.bar is not None:
+            self.bar.set_description(self.owner.name)
+        return out
 
     # ------------------------------------------------------------------ spaces and seeds
     def make_space(self, layout: str, counts: tuple[int, ...], split: bool) -> _Space:
