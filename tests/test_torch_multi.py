@@ -252,3 +252,12 @@ def test_calibration_recovers_a_known_overhead_and_combine_reports_it(tmp_path) 
     line = next(x for x in report.read_text().splitlines() if "| with overhead |" in x)
     cells = [x.strip() for x in line.split("|")]
     assert cells[4].startswith("1.000") and cells[6] == "1.00, 1.00" and cells[7] == "4.8 %"  # 0.05 / 1.05
+
+
+def test_spec_names_are_checked_as_every_runtime_spec_checks_them(tmp_path: Path) -> None:
+    """Case and a ``torch.`` prefix are accepted as in the stage and chunk specs (one check,
+    runtime.spec.check_run_names); an unknown name is refused before any process starts."""
+    spec = _spec(tmp_path, optimizer="ADAM", dtype="torch.float64")
+    assert spec.optimizer == "ADAM"
+    with pytest.raises(PlanRefused, match="optimizer 'lion': expected one of"):
+        _spec(tmp_path, optimizer="lion")

@@ -31,7 +31,7 @@ from ..errors import InputError
 from ..problem import Problem
 from .errors import PlanRefused
 from .grouping import normalize_layers_per_stage, stage_source
-from .spec import JsonSpec, check_run_names
+from .spec import RunSettings, check_run_names
 
 __all__ = [
     "ChunkEntry",
@@ -159,7 +159,7 @@ def chunk_entry(label: str, plan: ChunkPlan, stage_groups: Sequence[Sequence[int
 
 
 @dataclass
-class ChunkRunSpec(JsonSpec):
+class ChunkRunSpec(RunSettings):
     """Everything the device processes of one launch need (JSON); ``D`` processes."""
 
     ENTRY: ClassVar[type] = ChunkEntry
@@ -170,19 +170,6 @@ class ChunkRunSpec(JsonSpec):
     B: int
     D: int
     entries: list[ChunkEntry]
-    dtype: str = "float32"
-    seed: int = 0
-    iters: int = 10
-    warmup: int = 2
-    optimizer: str = "sgd"
-    lr: float = 1e-6
-    backend: str = "gloo"
-    timeout_s: float = 300.0
-    threads: int = 1
-    out_dir: str = "."
-    dump_grads: bool = False
-    prefetch: bool = True
-    problem: str = ""
 
     def __post_init__(self) -> None:
         """Refuse what no device process could run (before launching)."""

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from ..files import write_text
 
-__all__ = ["BACKENDS", "DTYPE_NAMES", "ENGINES", "OPTIMIZERS", "Entry", "RunSpec"]
+__all__ = ["BACKENDS", "DTYPE_NAMES", "ENGINES", "OPTIMIZERS", "Entry", "RunSettings", "RunSpec"]
 
 #: "umpipe": our executor runs ``ops``; "torch": torch.distributed.pipelining runs EDP(M).
 ENGINES = ("umpipe", "torch")
@@ -89,18 +89,11 @@ class JsonSpec:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
-@dataclass
-class RunSpec(JsonSpec):
-    """Everything a worker needs. ``layers_per_stage`` is a list of per-stage layer-index lists."""
+@dataclass(kw_only=True)
+class RunSettings(JsonSpec):
+    """The settings every executed plan's launch shares (keyword-only, with defaults):
+    numbers, optimizer, process group, where the processes write, what the run is of."""
 
-    ENTRY: ClassVar[type] = Entry
-
-    run_id: str
-    model: str
-    config: dict[str, Any]
-    layers_per_stage: list[list[int]]
-    B: int
-    entries: list[Entry]
     dtype: str = "float32"
     seed: int = 0
     iters: int = 10
@@ -114,6 +107,20 @@ class RunSpec(JsonSpec):
     dump_grads: bool = False
     prefetch: bool = True
     problem: str = ""
+
+
+@dataclass
+class RunSpec(RunSettings):
+    """Everything a worker needs. ``layers_per_stage`` is a list of per-stage layer-index lists."""
+
+    ENTRY: ClassVar[type] = Entry
+
+    run_id: str
+    model: str
+    config: dict[str, Any]
+    layers_per_stage: list[list[int]]
+    B: int
+    entries: list[Entry]
 
     def __post_init__(self) -> None:
         """Refuse names no worker could use (fail before launching)."""

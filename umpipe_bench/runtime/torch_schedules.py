@@ -27,7 +27,7 @@ from ..torch_schedules import (
     schedule_info,
 )
 from .errors import PlanRefused
-from .spec import BACKENDS, DTYPE_NAMES, OPTIMIZERS, JsonSpec
+from .spec import JsonSpec, check_run_names
 
 __all__ = [
     "WORKLOADS",
@@ -188,11 +188,7 @@ class TorchMultiSpec(JsonSpec):
     dump_grads: bool = False
 
     def __post_init__(self) -> None:
-        for name, value, valid in (("dtype", self.dtype, DTYPE_NAMES),
-                                   ("optimizer", self.optimizer, OPTIMIZERS),
-                                   ("backend", self.backend, BACKENDS)):
-            if value not in valid:
-                raise PlanRefused(f"{name} {value!r}: expected one of {', '.join(valid)}")
+        check_run_names(self)
         labels = [e.label for e in self.entries]
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:
