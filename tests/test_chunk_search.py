@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import signal
 import json
+import signal
 
 import numpy as np
 import pytest

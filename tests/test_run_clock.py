@@ -252,7 +252,7 @@ def test_the_optuna_planners_read_the_clock_inside_an_ask():
     assert ga._ask().shape == (ga.popsize, obj.space.dimension)  # no clock: the whole batch
     # a trial whose ask took 10 s is not followed by one that the deadline 15 s away could
     # not hold, before the sampler's search-space inference (one library call) starts
-    ga._trial_seconds = 10.0
+    ga._trials.last = 10.0
     asked = []
     ga.study.ask = lambda: asked.append(1)  # type: ignore[method-assign]
     with running(RunClock(seconds=15.0)):
@@ -326,3 +326,24 @@ def test_the_prefix_dp_in_blocks_is_the_dp_and_reads_the_clock_between(with_link
 
     with pytest.raises(TimeUp):
         prefix_dp(R, cost, link, with_link, 0.25, stop, block_seconds=1e-9)
+
+
+def test_a_library_call_starts_only_if_twice_the_last_one_fits():
+    """LibraryCalls: the first call always starts (no last time), a call is timed, and the
+    next one is refused when twice that time passes the deadline."""
+    from umpipe_bench.planners.evaluation.clock import LibraryCalls
+
+    calls = LibraryCalls()
+    with running(RunClock(seconds=3600.0)):
+        with calls.call():
+            pass
+        assert 0.0 <= calls.last < 1.0
+        calls.last = 1000.0  # twice 1,000 s still fits an hour
+        with calls.call():
+            pass
+        assert calls.last < 1.0
+    calls.last = 10.0
+    with running(RunClock(seconds=15.0)):
+        with pytest.raises(TimeUp):
+            with calls.call():
+                raise AssertionError("must not start")

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from umpipe_bench.planners.evaluation.clock import LibraryCalls
 from umpipe_bench.planners.evaluation.encoding import edp_bits, edp_row
 from umpipe_bench.planners.evaluation.evaluator import BACKENDS
 from umpipe_bench.planners.evaluation.objective import Genomes, Objective
@@ -62,7 +63,7 @@ class TPEAlgorithm(TrackedAlgorithm):
         finally:
             optuna.logging.set_verbosity(verbosity)
         self._trial: Any = None
-        self._ask_seconds = 0.0  # how long the last ask took
+        self._asks = LibraryCalls()  # each trial: its ask and its decoding
 
     def _decode(self, trial: Any) -> Genomes:
         """The trial's genome, one ``suggest_int`` per parameter (TPE's cost: at S = 128,
@@ -113,15 +114,9 @@ class TPEAlgorithm(TrackedAlgorithm):
         """A trial. Its first suggestion is TPE's sampling of the whole genome in one call
         (seconds at 8,160 bits, longer as trials add up), so no trial starts that cannot end
         before the deadline if it takes twice the last one's time."""
-        from time import perf_counter
-
-        from umpipe_bench.planners.evaluation.clock import current
-
-        current().check(need=2.0 * self._ask_seconds)  # a trial costs more than the last
-        t0 = perf_counter()
-        self._trial = self.study.ask()
-        genomes = self._decode(self._trial)
-        self._ask_seconds = perf_counter() - t0
+        with self._asks.call():
+            self._trial = self.study.ask()
+            genomes = self._decode(self._trial)
         return genomes
 
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 
 from umpipe_bench.api import PipelineObjective
 from umpipe_bench.plan import Plan
+from umpipe_bench.planners.evaluation.clock import LibraryCalls
 from umpipe_bench.planners.search.base import Budget, PlannerError
 from umpipe_bench.planners.search.loop import SearchAlgorithm, SearchPlanner, TrackedAlgorithm
 from umpipe_bench.planners.search.settings import Setting, SettingsTable
@@ -178,7 +179,7 @@ class _OptunaAlgorithm(LibraryAlgorithm):
                            for n, a, b in zip(self.names, lo, hi)},
             value=self.start_time))
         self.trials: list[Any] = []
-        self._trial_seconds = 0.0  # the last trial's ask and suggestions
+        self._trials = LibraryCalls()  # each trial's ask and suggestions
 
     def _ask(self) -> np.ndarray:
         """One ``suggest_int`` per gene of every trial, the run's clock read between blocks of
@@ -186,8 +187,6 @@ class _OptunaAlgorithm(LibraryAlgorithm):
         ``study.ask()`` is one library call (the sampler infers the search space from every
         finished trial: seconds at 262,016 genes), so no trial starts that could not end
         before the deadline if it takes twice the last one's time."""
-        from time import perf_counter
-
         from umpipe_bench.planners.evaluation.clock import current
 
         clock = current()
@@ -196,15 +195,13 @@ class _OptunaAlgorithm(LibraryAlgorithm):
         self.trials = []
         out = np.empty((self.popsize, len(genes)), np.int64)
         for k in range(self.popsize):
-            clock.check(need=2.0 * self._trial_seconds)
-            t0 = perf_counter()
-            t = self.study.ask()
-            self.trials.append(t)
-            for a in range(0, len(genes), SUGGEST_BLOCK):
-                clock.check()
-                out[k, a:a + SUGGEST_BLOCK] = [t.suggest_int(n, lo, hi)
-                                               for n, lo, hi in genes[a:a + SUGGEST_BLOCK]]
-            self._trial_seconds = perf_counter() - t0
+            with self._trials.call():
+                t = self.study.ask()
+                self.trials.append(t)
+                for a in range(0, len(genes), SUGGEST_BLOCK):
+                    clock.check()
+                    out[k, a:a + SUGGEST_BLOCK] = [t.suggest_int(n, lo, hi)
+                                                   for n, lo, hi in genes[a:a + SUGGEST_BLOCK]]
         return out
 
     def _tell(self, X: np.ndarray, values: np.ndarray) -> None:

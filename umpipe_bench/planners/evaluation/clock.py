@@ -44,7 +44,8 @@ from typing import Any, ClassVar
 
 from ...errors import TimeUp
 
-__all__ = ["CHUNK_WORK", "RunClock", "TimeUp", "chunk_rows", "current", "running"]
+__all__ = ["CHUNK_WORK", "LibraryCalls", "RunClock", "TimeUp", "chunk_rows", "current",
+           "running"]
 
 #: Work units (``S*B``: one row's cut bits) one compiled call gets per thread (module
 #: docstring). The costliest rows measured are random plans of the capped schedule at
@@ -202,3 +203,19 @@ def running(clock: RunClock) -> Iterator[RunClock]:
         _CURRENT.reset(token)
         if not nested:
             clock.close()
+
+
+class LibraryCalls:
+    """The guard for a library call that cannot be cut (an outside optimizer's ask): no call
+    starts that could not end before the deadline if it takes twice the last one's time."""
+
+    def __init__(self) -> None:
+        self.last = 0.0  # seconds the last guarded call took
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """Check the running clock for twice the last call's time, then time this one."""
+        current().check(need=2.0 * self.last)
+        t0 = time.perf_counter()
+        yield
+        self.last = time.perf_counter() - t0
