@@ -13,6 +13,8 @@ are this machine's.
 
     python scripts/chunk_plans.py                      # results/published/chunk-plans
     python scripts/chunk_plans.py --seeds 0 --budget evals:5000 --out /tmp/cp   # a smoke test
+    python scripts/chunk_plans.py --grid "gpt1-14:2,4,7 vgg16:2,4,8" --seeds 0,1,2,3,4 \
+        --out results/published/chunk-plans-devices        # several device counts
 """
 
 from __future__ import annotations
@@ -55,7 +57,24 @@ def run_one(problem: str, D: int, mode: str, budget: str, seed: int) -> dict:
     }
 
 
-def markdown(rows: list[dict], cmd: str) -> str:
+def read_rows(path: str) -> list[dict]:
+    """The rows of a CSV this script wrote, typed as :func:`run_one` returns them."""
+    ints = {"D", "seed", "v", "evaluations", "spaces"}
+    floats = {"T", "T_best_torch", "speedup_vs_best_torch", "T_best_reproduced",
+              "speedup_vs_best_reproduced", "wall_s", "process_s"}
+    out = []
+    for r in csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8"))):
+        row: dict = dict(r)
+        for k in ints:
+            row[k] = int(row[k])
+        for k in floats:
+            row[k] = float(row[k])
+        row["split"] = row["split"] == "True"
+        out.append(row)
+    return out
+
+
+def markdown(rows: list[dict], cmd: str, wall: bool = True) -> str:
     lines = [
         "# Chunk plans found by `plan --devices` against torch's schedules (simulated)",
         "",
@@ -69,12 +88,14 @@ def markdown(rows: list[dict], cmd: str) -> str:
         "its best v, M and contiguous partition (`umpipe-bench schedules`); best reproduced: "
         "the fastest of gpipe, 1f1b, interleaved-1f1b and zb1p, whose equal plans the search "
         "is seeded with. Speedup: `T_torch / T - 1` (negative: torch's schedule is faster). "
-        "Wall: the planner's seconds on this machine (the torch baselines' exact search "
-        "included), one process at a time. No memory cap.",
+        + ("Wall: the planner's seconds on this machine (the torch baselines' exact search "
+         "included), one process at a time. No memory cap." if wall else
+         "No memory cap. Wall times are not given: these runs shared the machine."),
         "",
         "| problem | D | mode | seed | T (s) | layout | partition | split | best torch | "
-        "T torch (s) | vs best torch | best reproduced | vs reproduced | evals | wall (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "T torch (s) | vs best torch | best reproduced | vs reproduced | evals |"
+        + (" wall (s) |" if wall else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if wall else ""),
     ]
     for r in rows:
         kind = r["layout"] if r["layout"] != "loop" else f"loop(v={r['v']})"
@@ -83,17 +104,18 @@ def markdown(rows: list[dict], cmd: str) -> str:
             f"{r['partition']} | {'yes' if r['split'] else 'no'} | {r['best_torch']} | "
             f"{r['T_best_torch']:.4f} | {100 * r['speedup_vs_best_torch']:+.2f} % | "
             f"{r['best_reproduced']} | {100 * r['speedup_vs_best_reproduced']:+.2f} % | "
-            f"{r['evaluations']} | {r['wall_s']:.1f} |")
-    lines += ["", "Per problem and mode, over seeds:", "",
-              "| problem | mode | seeds | vs best torch: min | median | max | wall (s): median |",
-              "|---|---|---|---|---|---|---|"]
-    keys = sorted({(r["problem"], r["mode"]) for r in rows}, key=lambda k: (k[0], k[1]))
-    for p, m in keys:
-        rs = [r for r in rows if r["problem"] == p and r["mode"] == m]
+            f"{r['evaluations']} |" + (f" {r['wall_s']:.1f} |" if wall else ""))
+    lines += ["", "Per problem, D and mode, over seeds:", "",
+              "| problem | D | mode | seeds | vs best torch: min | median | max |"
+              + (" wall (s): median |" if wall else ""),
+              "|---|---|---|---|---|---|---|" + ("---|" if wall else "")]
+    keys = sorted({(r["problem"], r["D"], r["mode"]) for r in rows})
+    for p, d, m in keys:
+        rs = [r for r in rows if (r["problem"], r["D"], r["mode"]) == (p, d, m)]
         g = [r["speedup_vs_best_torch"] for r in rs]
-        lines.append(f"| {p} | {m} | {len(rs)} | {100 * min(g):+.2f} % | "
-                     f"{100 * statistics.median(g):+.2f} % | {100 * max(g):+.2f} % | "
-                     f"{statistics.median(r['wall_s'] for r in rs):.1f} |")
+        lines.append(f"| {p} | {d} | {m} | {len(rs)} | {100 * min(g):+.2f} % | "
+                     f"{100 * statistics.median(g):+.2f} % | {100 * max(g):+.2f} % |"
+                     + (f" {statistics.median(r['wall_s'] for r in rs):.1f} |" if wall else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -104,14 +126,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="stash,recompute")
     ap.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
     ap.add_argument("--budget", default="evals:200000")
+    ap.add_argument("--grid", default=None,
+                    help="problems with their device counts, e.g. 'gpt1-14:2,4,7 vgg16:2,4,8' "
+                    "(instead of --problems and --devices)")
     ap.add_argument("--out", default="results/published/chunk-plans")
+    ap.add_argument("--from-csv", action="store_true",
+                    help="no runs: rewrite OUT.md from the rows of OUT.csv")
+    ap.add_argument("--no-wall", action="store_true",
+                    help="leave the wall times out of OUT.md (runs that shared the machine)")
     a = ap.parse_args(argv)
+    if a.from_csv:
+        out = Path(a.out)
+        cmd = "python scripts/chunk_plans.py " + " ".join(sys.argv[1:])
+        out.with_suffix(".md").write_text(
+            markdown(read_rows(str(out.with_suffix(".csv"))), cmd, wall=not a.no_wall),
+            encoding="utf-8")
+        return 0
+    if a.grid:
+        cells = [(p, int(d)) for item in a.grid.split() for p, ds in [item.split(":")]
+                 for d in ds.split(",")]
+    else:
+        cells = [(p, a.devices) for p in a.problems.split(",")]
     rows = []
-    for problem in a.problems.split(","):
+    for problem, D in cells:
         for mode in a.modes.split(","):
             for seed in (int(s) for s in a.seeds.split(",")):
-                r = run_one(problem, a.devices, mode, a.budget, seed)
-                print(f"{problem} D={a.devices} {mode} seed {seed}: T {r['T']:.4f} vs "
+                r = run_one(problem, D, mode, a.budget, seed)
+                print(f"{problem} D={D} {mode} seed {seed}: T {r['T']:.4f} vs "
                       f"{r['best_torch']} {r['T_best_torch']:.4f} "
                       f"({100 * r['speedup_vs_best_torch']:+.2f} %), {r['wall_s']:.1f} s",
                       file=sys.stderr)
@@ -125,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     out.with_suffix(".csv").write_text(buf.getvalue(), encoding="utf-8")
     default = argv is None and len(sys.argv) == 1
     cmd = "python scripts/chunk_plans.py" + ("" if default else " " + " ".join(sys.argv[1:]))
-    out.with_suffix(".md").write_text(markdown(rows, cmd), encoding="utf-8")
+    out.with_suffix(".md").write_text(markdown(rows, cmd, wall=not a.no_wall),
+                                      encoding="utf-8")
     return 0
 
 
