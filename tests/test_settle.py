@@ -20,7 +20,8 @@ from umpipe_bench.synthetic import synthetic_problem
 
 SMALL = synthetic_problem(4, 12, 3)
 #: A rule small enough for the fast tier: rounds of 2,000 evaluations.
-QUICK = Settle(round_floor=2000, round_per_bit=1, min_rounds=2, max_rounds=6, patience=1)
+QUICK = Settle(round_floor=2000, round_per_bit=1, min_rounds=2, max_rounds=6, patience=1,
+               double_every=0)
 
 
 def _settled(best: list[float], **kw: object) -> bool:
@@ -44,6 +45,17 @@ def _settled(best: list[float], **kw: object) -> bool:
 ])
 def test_the_stop_rule_reads_the_rounds(best, settled):
     assert _settled(best) is settled
+
+
+def test_rounds_double_every_two_up_to_the_cap():
+    e = SettlingRestarts(lambda b, ss: None, Budget(evaluations=10**9), 0,  # type: ignore[arg-type, return-value]
+                         round_evaluations=100, max_rounds=12, min_rounds=3, patience=2,
+                         tolerance=1e-3, double_every=2, max_doublings=3)
+    assert [e.round_size(r) for r in range(10)] == [100, 100, 200, 200, 400, 400, 800, 800,
+                                                    800, 800]
+    rule = Settle(round_floor=100, round_per_bit=0, max_rounds=10, polish_share=1.0)
+    assert settle_budget(SMALL, rule).evaluations == 2 * sum(e.round_size(r)
+                                                             for r in range(10))
 
 
 def test_a_fixed_budget_string_never_settles():

@@ -88,12 +88,14 @@ class Settle:
 
     round_floor: int = 250_000
     round_per_bit: int = 16
-    min_rounds: int = 3
+    min_rounds: int = 4
     max_rounds: int = 16
-    patience: int = 2
+    patience: int = 3
     tolerance: float = 5e-4
     seconds: float = 60.0
-    polish_share: float = 0.25
+    polish_share: float = 1.0
+    double_every: int = 2
+    max_doublings: int = 3
 
 
 #: The default budget's stop rule.
@@ -110,5 +112,7 @@ def settle_budget(problem: Problem, rule: Settle = SETTLE) -> Budget:
     """TiDGAP's default budget: the stop rule, capped at ``max_rounds`` whole rounds (with
     their polish) and ``seconds``."""
     per = settle_round(problem, rule)
-    cap = rule.max_rounds * (per + int(rule.polish_share * per))
+    sizes = [per << (min(rule.max_doublings, r // rule.double_every) if rule.double_every
+                     else 0) for r in range(rule.max_rounds)]
+    cap = sum(n + int(rule.polish_share * n) for n in sizes)
     return Budget(evaluations=cap, seconds=rule.seconds, settle=True)

@@ -58,7 +58,7 @@ def pair_sweep_cost(S: int, B: int, mode: str, caps: bool, reach: int = REACH) -
     """The evaluations one sweep costs at most."""
     L = B - 1
     within = len(_pairs(L, reach)[0]) if L else 0
-    across = 3 * L + 2 if L else 0
+    across = within + 3 * L if L else 0
     per = (within + across) * (2 if mode == "recompute" else 1)
     return S * (per + (len(CAP_STEPS) + 1 if caps else 0))
 
@@ -121,6 +121,12 @@ def pair_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, tim
                 if trial(F, Bb, K) is None:
                     return _done(f, b, k, recompute, best, used, sweeps)
                 if s + 1 < S:
+                    F, Bb, K = copies(len(flips))
+                    X = F if part == "f" else Bb
+                    X[:, s] ^= flips
+                    X[:, s + 1] ^= flips
+                    if trial(F, Bb, K) is None:
+                        return _done(f, b, k, recompute, best, used, sweeps)
                     n = len(ni)
                     F, Bb, K = copies(n + 2)
                     X = F if part == "f" else Bb

@@ -252,7 +252,8 @@ class TiDGAP(SearchPlanner):
             lambda b, ss: self._engine(problem, mode, settings, b, ss, objective), budget, seed,
             round_evaluations=per, max_rounds=rule.max_rounds, min_rounds=rule.min_rounds,
             patience=rule.patience, tolerance=rule.tolerance, polish=fn,
-            polish_share=rule.polish_share)
+            polish_share=rule.polish_share, double_every=rule.double_every,
+            max_doublings=rule.max_doublings)
 
     def _engine(self, problem: Problem, mode: str, settings: dict[str, Any], budget: Budget,
                 seed: int | np.random.SeedSequence | None, objective: Objective

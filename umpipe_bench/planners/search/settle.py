@@ -2,8 +2,10 @@
 
 The stop rule of TiDGAP's default budget (docs/SEARCH.md, "Stopping"). Rounds are those of
 :class:`.restarts.RestartEngine` (each a fresh run from its own random stream, spawned from
-the seed; the seed plans evaluated once, in the first round), but each gets a fixed number of
-evaluations, ``round_evaluations``, and there is no set number of them: after each round the
+the seed; the seed plans evaluated once, in the first round), but each gets a set number of
+evaluations (``round_evaluations``, doubled every ``double_every`` rounds, at most
+``max_doublings`` times: short rounds first, deeper ones while the rule goes on), and there is
+no set number of rounds: after each round the
 round's best is polished (a callable, e.g. :func:`..algorithms.polish.polish`), and the run
 ends once ``patience`` rounds in a row have improved the best plan so far by less than
 ``tolerance`` (relative), after at least ``min_rounds`` rounds, or after ``max_rounds``.
@@ -39,9 +41,11 @@ class SettlingRestarts(RestartEngine):
     def __init__(self, build: Callable[[Budget, np.random.SeedSequence], Round],
                  budget: Budget, seed: int | None, *, round_evaluations: int,
                  max_rounds: int, min_rounds: int, patience: int, tolerance: float,
-                 polish: Polish | None = None, polish_share: float = 0.25) -> None:
+                 polish: Polish | None = None, polish_share: float = 0.25,
+                 double_every: int = 0, max_doublings: int = 0) -> None:
         super().__init__(build, budget, max_rounds, seed)
         self.round_evaluations = int(round_evaluations)
+        self.double_every, self.max_doublings = double_every, max_doublings
         self.min_rounds, self.patience, self.tolerance = min_rounds, patience, tolerance
         self.polish_fn, self.polish_share = polish, polish_share
         self.polished: list[tuple[Genomes, float]] = []
@@ -49,9 +53,15 @@ class SettlingRestarts(RestartEngine):
         #: The best T after each round (polish included): what the rule reads.
         self.round_best: list[float] = []
 
+    def round_size(self, r: int) -> int:
+        """Round ``r``'s evaluations: ``round_evaluations``, doubled every ``double_every``
+        rounds (0: never), at most ``max_doublings`` times."""
+        d = min(self.max_doublings, r // self.double_every) if self.double_every else 0
+        return self.round_evaluations << d
+
     def _share(self, r: int) -> Budget:
-        """Every round: ``round_evaluations`` (a new round starts only when it fits)."""
-        return Budget(evaluations=self.round_evaluations)
+        """Round ``r``'s :meth:`round_size` (a new round starts only when it fits)."""
+        return Budget(evaluations=self.round_size(r))
 
     @property
     def used(self) -> int:
@@ -76,7 +86,7 @@ class SettlingRestarts(RestartEngine):
         assert self._evaluate is not None
         genome, T = self.current.best()
         if self.polish_fn is not None and np.isfinite(T):
-            room = int(self.polish_share * self.round_evaluations)
+            room = int(self.polish_share * self.round_size(len(self.engines) - 1))
             if self.budget.evaluations is not None:
                 room = min(room, self.budget.evaluations - self.used)
             g, t, used = self.polish_fn(self._evaluate, genome, T, room)
@@ -92,7 +102,8 @@ class SettlingRestarts(RestartEngine):
             return
         self._end_round()
         cap = self.budget.evaluations
-        if self.settled() or (cap is not None and cap - self.used < self.round_evaluations):
+        size = self.round_size(len(self.engines))
+        if self.settled() or (cap is not None and cap - self.used < size):
             self.finished = True  # settled, or the cap leaves no room for a whole round
             return
         assert self._evaluate is not None
