@@ -8,8 +8,9 @@ objective per stage and chromosome:
 * every pair of cut bits ``i < j`` of the stage flipped together, ``j - i <= reach``
   (:data:`REACH`), and every single flip: a microbatch split in two, two merged, a boundary
   moved by more than one sample, one microbatch traded for another;
-* one cut bit flipped in this stage and one in the next stage, ``|i - j| <= 1``, and both
-  stages given the same partition (either's): a boundary moved along the pipeline;
+* the same pairs flipped in this stage and the next together (neighbours that share a
+  partition keep sharing it); one cut bit flipped in this stage and one in the next stage,
+  ``|i - j| <= 1``; and both stages given the same partition (either's);
 * with caps (docs/SCHEDULES.md), this stage's in-flight cap moved by ``±1, ±2, ±4`` samples,
   and set to the next stage's;
 

@@ -171,12 +171,10 @@ SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=
 class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
-    Budget: without one, ``evals:max(12*S*(B-1), min(8000000, 4096000000 // (S*(B-1))))``
-    (:func:`default_evaluations`: at least 12 evaluations per cut bit, and at least the
-    simulation work of 8,000,000 evaluations of a 512-bit chromosome; 8,000,000 on gpt1-14 and
-    vgg16, 785,664 at S = 64, B = 1024, where doubling it gains a median 0.28 % stash and
-    0.14 % recompute over seeds 0-4, results/perf/convergence.md); any
-    ``--budget`` overrides it.
+    Budget: without one, the stop rule (:func:`settle_budget`, docs/SEARCH.md "Stopping"):
+    restart rounds that grow, each round's best through the pair descent, until 4 rounds in a
+    row gain less than 0.05 %, at most 60 s; any ``--budget`` is a fixed budget (rounds by
+    ``restarts``; :func:`default_evaluations` is the long search's, 8,000,000 on gpt1-14).
 
     Settings: the table :data:`SETTINGS` (docs/SETTINGS.md); the measurements behind each
     default are in this module's docstring.
