@@ -88,9 +88,9 @@ class Settle:
 
     round_floor: int = 250_000
     round_per_bit: int = 16
-    min_rounds: int = 6
+    min_rounds: int = 4
     max_rounds: int = 16
-    patience: int = 4
+    patience: int = 3
     tolerance: float = 5e-4
     seconds: float = 60.0
     polish_share: float = 1.0

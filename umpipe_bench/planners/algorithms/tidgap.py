@@ -172,7 +172,7 @@ class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
     Budget: without one, the stop rule (:func:`settle_budget`, docs/SEARCH.md "Stopping"):
-    restart rounds that grow, each round's best through the pair descent, until 4 rounds in a
+    restart rounds that grow, each round's best through the pair descent, until 3 rounds in a
     row gain less than 0.05 %, at most 60 s; any ``--budget`` is a fixed budget (rounds by
     ``restarts``; :func:`default_evaluations` is the long search's, 8,000,000 on gpt1-14).
 
