@@ -9,6 +9,7 @@ Two steps (docs/SEARCH.md, "Stopping"):
   Every run appends one JSON line to ``--out``: its final T, evaluations, wall time (the
   planner's whole run, numba cache warm) and its best-so-far history (evaluations, seconds,
   T). With ``--plans DIR`` each run's plan is saved there (``best-known`` candidates);
+* ``best-known``: offers every saved plan to the best-known file (each re-simulated first);
 * ``table``: reads such files and writes the markdown table: per problem, mode and budget
   label, the median and worst over seeds of the wall time and evaluations to within 0.5 % and
   0.1 % of the best known (``umpipe_bench/problems/best_known.json``, capped family; a seed that
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                     "label": args.label, "problem": name, "mode": mode, "seed": seed,
                     "budget": args.budget or "default", "settings": sets,
                     "T": r.iteration_time, "evaluations": r.evaluations,
-                    "wall": round(wall, 3), "schedule": r.schedule,
+                    "wall": round(wall, 3), "schedule": r.schedule, "timed": not args.untimed,
                     "history": [[x.evaluations, round(x.wall_time, 3), x.best]
                                 for x in r.history],
                 }
@@ -141,16 +142,36 @@ def table(args: argparse.Namespace) -> int:
         if best is None:
             continue
         cells = []
+        timed = all(r.get("timed", True) for r in rs)
         for tol in TARGETS:
             hits = [_hit(r["history"], best * (1 + tol)) for r in rs]
-            cells.append(_fmt([h[1] if h else None for h in hits], "s"))
+            cells.append(_fmt([h[1] if h else None for h in hits], "s") if timed else "n/t")
             cells.append(_fmt([h[0] if h else None for h in hits], "evals"))
         gaps = sorted(100 * (r["T"] / best - 1) for r in rs)
         within = sum(g <= 100 * TARGETS[0] for g in gaps)
         walls = [r["wall"] for r in rs]
         print(f"| {p} | {mode} | {label} | {len(rs)} | {' | '.join(cells)} | "
               f"{statistics.median(gaps):+.2f} % / {gaps[-1]:+.2f} % | {within}/{len(rs)} | "
-              f"{_num(statistics.median(walls), 's')} / {_num(max(walls), 's')} |")
+              + (f"{_num(statistics.median(walls), 's')} / {_num(max(walls), 's')} |" if timed
+                 else "n/t |"))
+    return 0
+
+
+def offer(args: argparse.Namespace) -> int:
+    """Every run's saved plan as a best-known candidate (re-simulated before it is taken)."""
+    from umpipe_bench.bench.best_known import Candidate, update
+
+    rows = [json.loads(line) for f in args.files for line in Path(f).read_text().splitlines()
+            if line.strip()]
+    today = time.strftime("%Y-%m-%d")
+    cands = [Candidate(r["problem"], r["mode"], Path(r["plan_file"]), float(r["T"]),
+                       f"tidgap ({r['label']})", today)
+             for r in rows if r.get("plan_file") and Path(r["plan_file"]).exists()]
+    rep = update(cands)
+    for e in rep.accepted:
+        print(f"{e.problem} {e.mode} {e.family}: {e.value!r} ({e.planner})")
+    for line in rep.refused:
+        print(f"refused: {line}", file=sys.stderr)
     return 0
 
 
@@ -166,7 +187,13 @@ def main() -> int:
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="a TiDGAP setting")
     r.add_argument("--out", required=True, help="JSON lines file (appended)")
     r.add_argument("--plans", default=None, help="folder for the final plans")
+    r.add_argument("--untimed", action="store_true",
+                   help="the machine is not idle: the table shows no times for these runs")
     r.set_defaults(func=run)
+    b = sub.add_parser("best-known", help="offer every run's plan (--plans) to the "
+                       "best-known file (umpipe_bench/problems/best_known.json)")
+    b.add_argument("files", nargs="+")
+    b.set_defaults(func=offer)
     t = sub.add_parser("table", help="the markdown table of run files")
     t.add_argument("files", nargs="+")
     t.set_defaults(func=table)
