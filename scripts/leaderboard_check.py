@@ -32,7 +32,8 @@ def main() -> int:
         problem = get_problem(r["problem"])
         cap = r.get("memory_cap") or "none"
         if cap != "none":
-            problem = problem.with_memory_cap(int(float(r["memory_cap_bytes"])))
+            caps = [int(float(x)) for x in r["memory_cap_bytes"].split(";")]
+            problem = problem.with_memory_cap(caps[0] if len(caps) == 1 else caps)
         res = TiDGAP().plan(problem, mode=r["mode"], seed=int(r["seed"]), budget=r["budget"])
         groups.setdefault((r["problem"], r["mode"], cap, r["budget"]), []).append(
             (float(r["T_pred"]), res.iteration_time))

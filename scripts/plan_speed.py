@@ -82,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
                     "budget": args.budget or "default", "settings": sets,
                     "T": r.iteration_time, "evaluations": r.evaluations,
                     "wall": round(wall, 3), "schedule": r.schedule, "timed": not args.untimed,
-                    "history": [[x.evaluations, round(x.wall_time, 3), x.best]
-                                for x in r.history],
+                    "history": _improvements(r.history),
                 }
                 if plans is not None:
                     path = plans / f"{name}__{mode}__{args.label}__{seed}.json"
@@ -94,6 +93,18 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{name} {mode} seed {seed}: T {r.iteration_time:.6g} "
                       f"evals {r.evaluations} wall {wall:.1f} s", file=sys.stderr, flush=True)
     return 0
+
+
+def _improvements(history: Any) -> list[list[float]]:
+    """The history's records where the best T improved, and its last one (the step curve)."""
+    out: list[list[float]] = []
+    for x in history:
+        if not out or x.best < out[-1][2]:
+            out.append([x.evaluations, round(x.wall_time, 3), x.best])
+    rows = list(history)
+    if rows and out[-1][0] != rows[-1].evaluations:
+        out.append([rows[-1].evaluations, round(rows[-1].wall_time, 3), rows[-1].best])
+    return out
 
 
 def _hit(history: list[list[float]], target: float) -> tuple[float, float] | None:
