@@ -70,8 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "range); the same seed gives the same plan")
     p.add_argument("--budget", default=None,
                    help="evals:N, gens:N, secs:X or a comma-separated mix (first reached stops); "
-                   "default: the planner's own (tidgap: 8,000,000 evaluations on small "
-                   "problems, fewer as S*(B-1) grows, at least 12*S*(B-1); docs/ARCHITECTURE.md)")
+                   "default: the planner's own (tidgap: restart rounds until 3 in a row gain "
+                   "less than 0.05 %%, at most 60 s; docs/SEARCH.md \"Stopping\")")
     p.add_argument("--set", dest="settings", action="append", metavar="KEY=VALUE",
                    help="a planner setting (repeatable)")
     p.add_argument("--memory-cap", metavar="SIZE",

@@ -6,6 +6,7 @@ The figures that chose each default are in the comments below; the planner and i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ...problem import Problem
@@ -13,8 +14,9 @@ from ..search.base import Budget
 from ..search.settings import auto_or
 
 __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_RESTARTS",
-           "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "auto_restarts", "default_evaluations",
-           "parse_restarts", "parse_revive"]
+           "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTLE", "Settle", "auto_restarts",
+           "default_evaluations", "parse_restarts", "parse_revive", "settle_budget",
+           "settle_round"]
 
 #: TiDGAP's default budget (:func:`default_evaluations`): the larger of ``BUDGET_PER_BIT``
 #: evaluations per cut bit (``12*S*(B-1)``: 785,664 at S = 64, B = 1024, where, with the stage
@@ -73,3 +75,44 @@ def parse_restarts(planner: str, value: Any) -> int | str:
     """``"auto"`` or an integer >= 1; anything else is a PlannerError."""
     return auto_or(planner, "restarts", value, int, lambda n: n >= 1, "an integer >= 1")
 
+
+
+@dataclass(frozen=True)
+class Settle:
+    """The stop rule of the default budget (:class:`..search.settle.SettlingRestarts`,
+    docs/SEARCH.md "Stopping"): rounds of ``max(round_floor, round_per_bit*S*(B-1))``
+    evaluations; the run ends once ``patience`` rounds in a row gain less than ``tolerance``,
+    after at least ``min_rounds``, at most ``max_rounds``; ``seconds`` caps the whole command
+    (the run's clock); each round's best is polished with at most ``polish_share`` of a
+    round's evaluations."""
+
+    round_floor: int = 250_000
+    round_per_bit: int = 16
+    min_rounds: int = 4
+    max_rounds: int = 16
+    patience: int = 3
+    tolerance: float = 5e-4
+    seconds: float = 60.0
+    polish_share: float = 1.0
+    double_every: int = 2
+    max_doublings: int = 3
+
+
+#: The default budget's stop rule.
+SETTLE = Settle()
+
+
+def settle_round(problem: Problem, rule: Settle = SETTLE) -> int:
+    """The evaluations of one round under the stop rule."""
+    L = max(1, problem.S * (problem.B - 1))
+    return max(rule.round_floor, rule.round_per_bit * L)
+
+
+def settle_budget(problem: Problem, rule: Settle = SETTLE) -> Budget:
+    """TiDGAP's default budget: the stop rule, capped at ``max_rounds`` whole rounds (with
+    their polish) and ``seconds``."""
+    per = settle_round(problem, rule)
+    sizes = [per << (min(rule.max_doublings, r // rule.double_every) if rule.double_every
+                     else 0) for r in range(rule.max_rounds)]
+    cap = sum(n + int(rule.polish_share * n) for n in sizes)
+    return Budget(evaluations=cap, seconds=rule.seconds, settle=True)

@@ -85,8 +85,9 @@ import numpy as np
 
 from ...problem import Problem
 from ..evaluation.evaluator import BACKENDS
-from ..evaluation.objective import CutBitsObjective, FamilyObjective, Objective
+from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from ..search.base import Budget, PlannerError
+from ..search.caps import memory_cap_limits
 from ..search.ga import (
     GA_DEFAULTS,
     SCHEDULE_SETTINGS,
@@ -97,6 +98,7 @@ from ..search.ga import (
 from ..search.loop import SearchAlgorithm, SearchPlanner
 from ..search.restarts import RestartEngine
 from ..search.settings import Setting
+from ..search.settle import SettlingRestarts
 from ..search.threads import apply_threads
 from ._tidgap_engine import TiDGAPEngine
 from ._tidgap_islands import IslandEngine
@@ -109,12 +111,16 @@ from ._tidgap_settings import (
     REVIVE_AUTO,
     ROUND_FLOOR,
     ROUND_PER_BIT,
+    SETTLE,
     auto_restarts,
     default_evaluations,
     parse_restarts,
     parse_revive,
+    settle_budget,
+    settle_round,
 )
 from .descent import descent_allowance
+from .pair_descent import pair_descent, pair_sweep_cost
 
 __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_RESTARTS",
            "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTINGS", "IslandEngine",
@@ -148,6 +154,9 @@ SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=
     Setting("restarts", int, "auto", "rounds: the budget split into this many independent "
             "runs, the best wins; auto: as many as give each round max(1000000, 64*S*(B-1)) "
             "evaluations, at most 8", low=1, auto=True),
+    Setting("round_descent", bool, True, "default budget (no --budget): each restart round's "
+            "best improved by the pair descent (steepest descent over pairs of cut bits and "
+            "caps)"),
     Setting("descent", bool, True, "add the stage descent from the best seed plan to the seed "
             "plans (at most 10 % of an evaluation budget)"),
     Setting("backend", str, "auto", "evaluator of the GPipe schedule (the schedule family "
@@ -162,12 +171,10 @@ SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=
 class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
-    Budget: without one, ``evals:max(12*S*(B-1), min(8000000, 4096000000 // (S*(B-1))))``
-    (:func:`default_evaluations`: at least 12 evaluations per cut bit, and at least the
-    simulation work of 8,000,000 evaluations of a 512-bit chromosome; 8,000,000 on gpt1-14 and
-    vgg16, 785,664 at S = 64, B = 1024, where doubling it gains a median 0.28 % stash and
-    0.14 % recompute over seeds 0-4, results/perf/convergence.md); any
-    ``--budget`` overrides it.
+    Budget: without one, the stop rule (:func:`settle_budget`, docs/SEARCH.md "Stopping"):
+    restart rounds that grow, each round's best through the pair descent, until 3 rounds in a
+    row gain less than 0.05 %, at most 60 s; any ``--budget`` is a fixed budget (rounds by
+    ``restarts``; :func:`default_evaluations` is the long search's, 8,000,000 on gpt1-14).
 
     Settings: the table :data:`SETTINGS` (docs/SETTINGS.md); the measurements behind each
     default are in this module's docstring.
@@ -178,9 +185,9 @@ class TiDGAP(SearchPlanner):
     default_budget = f"evals:{BUDGET_CAP}"
     defaults = SETTINGS
 
-    def budget_for(self, problem: Problem) -> str:
-        """The default budget on ``problem`` (:func:`default_evaluations`)."""
-        return f"evals:{default_evaluations(problem)}"
+    def budget_for(self, problem: Problem) -> Budget:
+        """The default budget on ``problem``: the stop rule (:func:`settle_budget`)."""
+        return settle_budget(problem, SETTLE)
 
     def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         s = check_ga_settings(self.name, settings)
@@ -202,6 +209,8 @@ class TiDGAP(SearchPlanner):
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
                        budget: Budget, seed: int | None, objective: Objective
                        ) -> SearchAlgorithm:
+        if budget.settle:
+            return self._settling(problem, mode, settings, budget, seed, objective)
         R = settings.get("restarts", 1)
         R = auto_restarts(problem, budget) if R == "auto" else int(R)
         settings["restarts"] = R  # the result records the rounds run (as the population)
@@ -220,6 +229,29 @@ class TiDGAP(SearchPlanner):
                                    "budget)") from None
             return first
         return self._engine(problem, mode, settings, budget, seed, objective)
+
+    def _settling(self, problem: Problem, mode: str, settings: dict[str, Any], budget: Budget,
+                  seed: int | None, objective: Objective) -> SettlingRestarts:
+        """The default budget's rounds until settled (docs/SEARCH.md, "Stopping")."""
+        rule = SETTLE
+        per = settle_round(problem, rule)
+        settings["restarts"] = "settle"
+        family = settings["schedule"] == "capped"
+        limits = memory_cap_limits(problem, mode) if family else None
+        room = int(rule.polish_share * per)
+        fn = None
+        sweep = pair_sweep_cost(problem.S, problem.B, mode, family)
+        if settings.get("round_descent", True) and room >= sweep:
+            def fn(evaluate: Any, genome: Genomes, T: float, allowance: int
+                   ) -> tuple[Genomes, float, int]:
+                p = pair_descent(evaluate, genome, T, mode, allowance, limits)
+                return p.genome, p.time, p.evaluations
+        return SettlingRestarts(
+            lambda b, ss: self._engine(problem, mode, settings, b, ss, objective), budget, seed,
+            round_evaluations=per, max_rounds=rule.max_rounds, min_rounds=rule.min_rounds,
+            patience=rule.patience, tolerance=rule.tolerance, polish=fn,
+            polish_share=rule.polish_share, double_every=rule.double_every,
+            max_doublings=rule.max_doublings)
 
     def _engine(self, problem: Problem, mode: str, settings: dict[str, Any], budget: Budget,
                 seed: int | np.random.SeedSequence | None, objective: Objective

@@ -31,11 +31,16 @@ class Budget:
 
     Parsed from strings such as ``"evals:20000"``, ``"gens:50"``, ``"secs:10"`` or a combination
     ``"evals:20000,secs:30"``.
+
+    ``settle``: a planner's default budget that ends the run when further work is unlikely to
+    pay (TiDGAP's stop rule, docs/SEARCH.md "Stopping"); its evaluations and seconds are then
+    the caps of that rule. No string parses to it: a ``--budget`` is always a fixed budget.
     """
 
     evaluations: int | None = None
     generations: int | None = None
     seconds: float | None = None
+    settle: bool = False
 
     _RE: ClassVar[re.Pattern[str]] = re.compile(r"^(evals|gens|secs):(\S+)$")
     _KEYS: ClassVar[dict[str, str]] = {
@@ -84,6 +89,8 @@ class Budget:
             parts.append(f"gens:{self.generations}")
         if self.seconds is not None:
             parts.append(f"secs:{self.seconds:g}")
+        if self.settle:
+            return f"settle (at most {','.join(parts)})" if parts else "settle"
         return ",".join(parts) or "default"
 
 
@@ -162,9 +169,10 @@ class Planner:
                         desc=self.name, evaluations=budget.evaluations,
                         generations=budget.generations, reserve=reserve)
 
-    def budget_for(self, problem: Problem) -> str:
+    def budget_for(self, problem: Problem) -> str | Budget:
         """The budget :meth:`plan` uses on ``problem`` when given none (hook; here
-        :attr:`default_budget` whatever the problem)."""
+        :attr:`default_budget` whatever the problem; a :class:`Budget` with ``settle`` for a
+        planner with a stop rule of its own)."""
         return self.default_budget
 
     def plan(

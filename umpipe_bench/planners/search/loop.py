@@ -115,6 +115,9 @@ class SearchAlgorithm:
 
     best_time: float = float("inf")
     start_time: float = float("inf")
+    #: True once the algorithm has nothing more worth asking (a stop rule of its own, e.g.
+    #: :class:`.settle.SettlingRestarts`): the loop ends before its budget does.
+    finished: bool = False
 
     def setup(self, evaluate: Evaluate) -> None:
         """Build the initial population; ``evaluate`` is the loop's counted objective."""
@@ -269,8 +272,8 @@ class SearchLoop:
             self.setup_done = True
             self._record(algo)
             clock.phase = "the search"
-            while not self.termination.reached(self.evaluations, self.generation,
-                                               self.elapsed(), algo.ask_size()):
+            while not algo.finished and not self.termination.reached(
+                    self.evaluations, self.generation, self.elapsed(), algo.ask_size()):
                 g = algo.ask()
                 algo.tell(g, self.evaluate(g))
                 self.generation += 1

@@ -1,0 +1,216 @@
+"""Time and evaluations TiDGAP's ``plan`` takes to come within 0.5 % and 0.1 % of the best known.
+
+Two steps (docs/SEARCH.md, "Stopping"):
+
+* ``run``: TiDGAP on every problem of the default bench matrix
+  (``umpipe_bench/bench/default.toml``, the optional ones that exist) and
+  ``sim-s64-b1024-s0``, both modes, the given seeds, under one budget (``default``: the
+  planner's own stop rule, as ``plan`` without ``--budget``; or any ``--budget`` string).
+  Every run appends one JSON line to ``--out``: its final T, evaluations, wall time (the
+  planner's whole run, numba cache warm) and its best-so-far history (evaluations, seconds,
+  T). With ``--plans DIR`` each run's plan is saved there (``best-known`` candidates);
+* ``best-known``: offers every saved plan to the best-known file (each re-simulated first);
+* ``table``: reads such files and writes the markdown table: per problem, mode and budget
+  label, the median and worst over seeds of the wall time and evaluations to within 0.5 % and
+  0.1 % of the best known (``umpipe_bench/problems/best_known.json``, capped family; a seed that
+  never got there counts as not reached, shown as ``-``), the final gap and the run's wall.
+
+Wall times are only meaningful on an otherwise idle machine (2 cores here); evaluations do not
+depend on the load.
+
+    PYTHONPATH=$PWD python scripts/plan_speed.py run --label default --seeds 0-9 \\
+        --out results/perf/plan-speed/default.jsonl
+    PYTHONPATH=$PWD python scripts/plan_speed.py table results/perf/plan-speed/*.jsonl \\
+        > results/perf/plan-speed.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from umpipe_bench.bench.best_known import BestKnown
+from umpipe_bench.bench.config import builtin_config
+from umpipe_bench.planners.algorithms.tidgap import TiDGAP
+from umpipe_bench.registry import get_problem, problem_names
+
+#: The problem the benchmark adds to the default matrix's.
+LARGE = "sim-s64-b1024-s0"
+TARGETS = (0.005, 0.001)
+
+
+def default_problems() -> list[str]:
+    """The default bench matrix's problems (the optional ones that exist), then :data:`LARGE`."""
+    b = builtin_config("default").bench
+    known = set(problem_names())
+    out = [p for p in b.problems if p in known]
+    return [*out, *[p for p in b.optional_problems if p in known and p not in out], LARGE]
+
+
+def parse_seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        out.extend(range(int(a), int(b) + 1) if b else [int(a)])
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    problems = args.problems.split(",") if args.problems else default_problems()
+    modes = args.modes.split(",")
+    budget = None if args.budget in (None, "default") else args.budget
+    sets = dict(a.split("=", 1) for a in args.set or [])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plans = Path(args.plans) if args.plans else None
+    if plans is not None:
+        plans.mkdir(parents=True, exist_ok=True)
+    for name in problems:
+        problem = get_problem(name)
+        for mode in modes:
+            for seed in parse_seeds(args.seeds):
+                t0 = time.perf_counter()
+                r = TiDGAP(**sets).plan(problem, mode=mode, seed=seed, budget=budget)
+                wall = time.perf_counter() - t0
+                row: dict[str, Any] = {
+                    "label": args.label, "problem": name, "mode": mode, "seed": seed,
+                    "budget": args.budget or "default", "settings": sets,
+                    "T": r.iteration_time, "evaluations": r.evaluations,
+                    "wall": round(wall, 3), "schedule": r.schedule, "timed": not args.untimed,
+                    "history": _improvements(r.history),
+                }
+                if plans is not None:
+                    path = plans / f"{name}__{mode}__{args.label}__{seed}.json"
+                    r.plan.save(path)
+                    row["plan_file"] = str(path)
+                with out.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                print(f"{name} {mode} seed {seed}: T {r.iteration_time:.6g} "
+                      f"evals {r.evaluations} wall {wall:.1f} s", file=sys.stderr, flush=True)
+    return 0
+
+
+def _improvements(history: Any) -> list[list[float]]:
+    """The history's records where the best T improved, and its last one (the step curve)."""
+    out: list[list[float]] = []
+    for x in history:
+        if not out or x.best < out[-1][2]:
+            out.append([x.evaluations, round(x.wall_time, 3), x.best])
+    rows = list(history)
+    if rows and out[-1][0] != rows[-1].evaluations:
+        out.append([rows[-1].evaluations, round(rows[-1].wall_time, 3), rows[-1].best])
+    return out
+
+
+def _hit(history: list[list[float]], target: float) -> tuple[float, float] | None:
+    """(evaluations, seconds) of the first history record at or below ``target``."""
+    for ev, secs, best in history:
+        if best <= target:
+            return ev, secs
+    return None
+
+
+def _fmt(values: list[float | None], unit: str) -> str:
+    """``median / worst`` of values, a missing one (not reached) counting as worst."""
+    if not values:
+        return "-"
+    missing = sum(v is None for v in values)
+    got = sorted(v for v in values if v is not None)
+    if missing * 2 >= len(values):
+        med = "-"
+    else:
+        med = _num(statistics.median(got + [float("inf")] * missing), unit)
+    worst = "-" if missing else _num(got[-1], unit)
+    return f"{med} / {worst}"
+
+
+def _num(x: float, unit: str) -> str:
+    if unit == "s":
+        return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+    return f"{x / 1000:.0f}k" if x >= 10000 else f"{x:.0f}"
+
+
+def table(args: argparse.Namespace) -> int:
+    rows = [json.loads(line) for f in args.files for line in Path(f).read_text().splitlines()
+            if line.strip()]
+    book = BestKnown()
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["problem"], r["mode"], r["label"]), []).append(r)
+    order = {p: i for i, p in enumerate(default_problems())}
+    print("| problem | mode | run | seeds | s to 0.5 % | evals to 0.5 % | s to 0.1 % | "
+          "evals to 0.1 % | final gap median / worst | within 0.5 % | wall median / max |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (p, mode, label), rs in sorted(groups.items(),
+                                       key=lambda kv: (order.get(kv[0][0], 99), kv[0][1],
+                                                       kv[0][2])):
+        best = book.value(p, mode, "capped")
+        if best is None:
+            continue
+        cells = []
+        timed = all(r.get("timed", True) for r in rs)
+        for tol in TARGETS:
+            hits = [_hit(r["history"], best * (1 + tol)) for r in rs]
+            cells.append(_fmt([h[1] if h else None for h in hits], "s") if timed else "n/t")
+            cells.append(_fmt([h[0] if h else None for h in hits], "evals"))
+        gaps = sorted(100 * (r["T"] / best - 1) for r in rs)
+        within = sum(g <= 100 * TARGETS[0] for g in gaps)
+        walls = [r["wall"] for r in rs]
+        print(f"| {p} | {mode} | {label} | {len(rs)} | {' | '.join(cells)} | "
+              f"{statistics.median(gaps):+.2f} % / {gaps[-1]:+.2f} % | {within}/{len(rs)} | "
+              + (f"{_num(statistics.median(walls), 's')} / {_num(max(walls), 's')} |" if timed
+                 else "n/t |"))
+    return 0
+
+
+def offer(args: argparse.Namespace) -> int:
+    """Every run's saved plan as a best-known candidate (re-simulated before it is taken)."""
+    from umpipe_bench.bench.best_known import Candidate, update
+
+    rows = [json.loads(line) for f in args.files for line in Path(f).read_text().splitlines()
+            if line.strip()]
+    today = time.strftime("%Y-%m-%d")
+    cands = [Candidate(r["problem"], r["mode"], Path(r["plan_file"]), float(r["T"]),
+                       f"tidgap ({r['label']})", today)
+             for r in rows if r.get("plan_file") and Path(r["plan_file"]).exists()]
+    rep = update(cands)
+    for e in rep.accepted:
+        print(f"{e.problem} {e.mode} {e.family}: {e.value!r} ({e.planner})")
+    for line in rep.refused:
+        print(f"refused: {line}", file=sys.stderr)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run TiDGAP, one JSON line per run")
+    r.add_argument("--label", required=True, help="the run's name in the table")
+    r.add_argument("--budget", default=None, help="a --budget string; default: the planner's")
+    r.add_argument("--problems", default=None, help="comma-separated; default: see above")
+    r.add_argument("--modes", default="stash,recompute")
+    r.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,3,5")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="a TiDGAP setting")
+    r.add_argument("--out", required=True, help="JSON lines file (appended)")
+    r.add_argument("--plans", default=None, help="folder for the final plans")
+    r.add_argument("--untimed", action="store_true",
+                   help="the machine is not idle: the table shows no times for these runs")
+    r.set_defaults(func=run)
+    b = sub.add_parser("best-known", help="offer every run's plan (--plans) to the "
+                       "best-known file (umpipe_bench/problems/best_known.json)")
+    b.add_argument("files", nargs="+")
+    b.set_defaults(func=offer)
+    t = sub.add_parser("table", help="the markdown table of run files")
+    t.add_argument("files", nargs="+")
+    t.set_defaults(func=table)
+    args = ap.parse_args()
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

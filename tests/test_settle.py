@@ -1,0 +1,142 @@
+"""TiDGAP's default budget: restart rounds until settled, and the pair descent of each round's
+best (docs/SEARCH.md, "Stopping"). Known by construction: the stop rule on given round
+results, determinism per seed, the caps, and the pair descent's end being a local optimum of
+its moves (checked by trying them all)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from umpipe_bench.planners.algorithms import tidgap
+from umpipe_bench.planners.algorithms._tidgap_settings import Settle, settle_budget
+from umpipe_bench.planners.algorithms.pair_descent import REACH, pair_descent, pair_sweep_cost
+from umpipe_bench.planners.evaluation.objective import FamilyObjective, Genomes
+from umpipe_bench.planners.search.base import Budget, PlannerError
+from umpipe_bench.planners.search.settle import SettlingRestarts
+from umpipe_bench.synthetic import synthetic_problem
+
+SMALL = synthetic_problem(4, 12, 3)
+#: A rule small enough for the fast tier: rounds of 2,000 evaluations.
+QUICK = Settle(round_floor=2000, round_per_bit=1, min_rounds=2, max_rounds=6, patience=1,
+               double_every=0)
+
+
+def _settled(best: list[float], **kw: object) -> bool:
+    args: dict = dict(round_evaluations=10, max_rounds=8, min_rounds=3, patience=2,
+                      tolerance=1e-3)
+    args.update(kw)
+    e = SettlingRestarts(lambda b, ss: None, Budget(evaluations=10**6), 0, **args)  # type: ignore[arg-type, return-value]
+    e.round_best = list(best)
+    return e.settled()
+
+
+@pytest.mark.parametrize("best, settled", [
+    ([1.0], False),                      # fewer than min_rounds
+    ([1.0, 1.0], False),
+    ([1.0, 1.0, 1.0], True),             # two rounds without a gain
+    ([1.0, 0.99, 0.98], False),          # still paying
+    ([1.0, 0.9995, 0.9992], True),       # 0.08 % over the last two rounds: below 0.1 %
+    ([1.0, 0.98, 0.98, 0.97], False),    # the last round paid
+    ([1.0, 0.98, 0.97, 0.97, 0.97], True),
+    ([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3], True),  # max_rounds
+])
+def test_the_stop_rule_reads_the_rounds(best, settled):
+    assert _settled(best) is settled
+
+
+def test_rounds_double_every_two_up_to_the_cap():
+    e = SettlingRestarts(lambda b, ss: None, Budget(evaluations=10**9), 0,  # type: ignore[arg-type, return-value]
+                         round_evaluations=100, max_rounds=12, min_rounds=3, patience=2,
+                         tolerance=1e-3, double_every=2, max_doublings=3)
+    assert [e.round_size(r) for r in range(10)] == [100, 100, 200, 200, 400, 400, 800, 800,
+                                                    800, 800]
+    rule = Settle(round_floor=100, round_per_bit=0, max_rounds=10, polish_share=1.0)
+    assert settle_budget(SMALL, rule).evaluations == 2 * sum(e.round_size(r)
+                                                             for r in range(10))
+
+
+def test_a_fixed_budget_string_never_settles():
+    """Only the planner's default carries the stop rule: `--budget` strings stay fixed."""
+    assert not Budget.parse("evals:1000,secs:60").settle
+    with pytest.raises(PlannerError, match="not one of evals:N, gens:N, secs:X"):
+        Budget.parse("settle")
+    b = settle_budget(SMALL)
+    assert b.settle and b.seconds == 60.0 and b.evaluations is not None
+    assert str(b).startswith("settle (at most evals:")
+    assert tidgap.TiDGAP().budget_for(SMALL) == b
+
+
+def test_default_run_settles_deterministically_within_its_cap(monkeypatch):
+    monkeypatch.setattr(tidgap, "SETTLE", QUICK)
+    budget = settle_budget(SMALL, QUICK)
+    a = tidgap.TiDGAP().plan(SMALL, mode="recompute", seed=3)
+    b = tidgap.TiDGAP().plan(SMALL, mode="recompute", seed=3)
+    assert a.plan == b.plan and a.iteration_time == b.iteration_time
+    assert a.evaluations == b.evaluations
+    assert a.settings["restarts"] == "settle"
+    assert budget.evaluations is not None and a.evaluations <= budget.evaluations
+    # at least min_rounds rounds of 2,000, at most max_rounds with their pair descents
+    assert 2 * 2000 * 0.9 < a.evaluations <= 6 * (2000 + 500)
+    fixed = tidgap.TiDGAP().plan(SMALL, mode="recompute", seed=3, budget="evals:3000")
+    assert fixed.settings["restarts"] != "settle" and fixed.evaluations <= 3000
+
+
+def test_plan_json_names_the_stop_rule(monkeypatch, capsys):
+    from umpipe_bench.cli import main
+
+    monkeypatch.setattr(tidgap, "SETTLE", QUICK)
+    assert main(["plan", "--problem", "sim-s4-b12-s3", "--json", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["budget"].startswith("settle (at most evals:")
+    assert out["evaluations"] <= 6 * 2500
+
+
+def _all_moves(f: np.ndarray, k: np.ndarray, B: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every single and within-reach pair flip of each stage, and every cap step (stash)."""
+    S, L = f.shape
+    out = []
+    for s in range(S):
+        for i in range(L):
+            for j in range(i, min(L, i + REACH + 1)):
+                g = f.copy()
+                g[s, i] ^= 1
+                if j != i:
+                    g[s, j] ^= 1
+                out.append((g, k))
+        for step in (-4, -2, -1, 1, 2, 4):
+            c = k.copy()
+            c[s] = min(B, max(1, c[s] + step))
+            out.append((f, c))
+    return out
+
+
+def test_pair_descent_ends_at_a_local_optimum_of_its_moves():
+    p = synthetic_problem(3, 8, 1)
+    obj = FamilyObjective(p, "stash")
+    rng = np.random.default_rng(0)
+    f = rng.integers(0, 2, (1, 3, 7), dtype=np.uint8)
+    k = np.full((1, 3), 8, np.int64)
+    T0 = float(obj.evaluate(Genomes(f, f, k))[0])
+    cost = pair_sweep_cost(3, 8, "stash", True)
+    r = pair_descent(obj.evaluate, Genomes(f, f, k), T0, "stash", 50 * cost)
+    assert r.time <= T0 and r.evaluations <= 50 * cost
+    g, c = r.genome.fwd[0], r.genome.caps[0]  # type: ignore[index]
+    assert float(obj.evaluate(r.genome)[0]) == r.time
+    moves = _all_moves(g, c, 8)
+    F = np.stack([m[0] for m in moves])
+    K = np.stack([m[1] for m in moves])
+    assert obj.evaluate(Genomes(F, F, K)).min() >= r.time * (1 - 1e-5)
+
+
+def test_pair_descent_keeps_to_its_allowance():
+    p = synthetic_problem(3, 8, 1)
+    obj = FamilyObjective(p, "recompute")
+    f = np.zeros((1, 3, 7), np.uint8)
+    k = np.full((1, 3), 8, np.int64)
+    T0 = float(obj.evaluate(Genomes(f, f, k))[0])
+    for room in (0, 5, 40, 100):
+        r = pair_descent(obj.evaluate, Genomes(f, f.copy(), k), T0, "recompute", room)
+        assert r.evaluations <= room and r.time <= T0

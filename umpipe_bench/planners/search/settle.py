@@ -1,0 +1,115 @@
+"""Rounds until settled: restart rounds of a fixed size that end when they stop paying.
+
+The stop rule of TiDGAP's default budget (docs/SEARCH.md, "Stopping"). Rounds are those of
+:class:`.restarts.RestartEngine` (each a fresh run from its own random stream, spawned from
+the seed; the seed plans evaluated once, in the first round), but each gets a set number of
+evaluations (``round_evaluations``, doubled every ``double_every`` rounds, at most
+``max_doublings`` times: short rounds first, deeper ones while the rule goes on), and there is
+no set number of rounds: after each round the
+round's best is polished (a callable, e.g. :func:`..algorithms.polish.polish`), and the run
+ends once ``patience`` rounds in a row have improved the best plan so far by less than
+``tolerance`` (relative), after at least ``min_rounds`` rounds, or after ``max_rounds``.
+
+Every decision reads only evaluation counts and T, so the rule is deterministic given the
+seed: the same seed gives the same rounds and the same plan. The budget's evaluations and
+seconds stay caps above it (the seconds through the run's clock, the one thing that depends
+on the machine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..evaluation.objective import Genomes
+from .base import Budget
+from .loop import Evaluate
+from .restarts import RestartEngine, Round
+
+__all__ = ["Polish", "SettlingRestarts"]
+
+#: ``polish(evaluate, genome, T, allowance) -> (genome, T, evaluations)``.
+Polish = Callable[[Evaluate, Genomes, float, int], tuple[Genomes, float, int]]
+
+
+class SettlingRestarts(RestartEngine):
+    """Rounds of ``round_evaluations`` each until the stop rule holds (module docstring).
+
+    ``polish_share``: the most of a round's evaluations its polish may spend."""
+
+    def __init__(self, build: Callable[[Budget, np.random.SeedSequence], Round],
+                 budget: Budget, seed: int | None, *, round_evaluations: int,
+                 max_rounds: int, min_rounds: int, patience: int, tolerance: float,
+                 polish: Polish | None = None, polish_share: float = 0.25,
+                 double_every: int = 0, max_doublings: int = 0) -> None:
+        super().__init__(build, budget, max_rounds, seed)
+        self.round_evaluations = int(round_evaluations)
+        self.double_every, self.max_doublings = double_every, max_doublings
+        self.min_rounds, self.patience, self.tolerance = min_rounds, patience, tolerance
+        self.polish_fn, self.polish_share = polish, polish_share
+        self.polished: list[tuple[Genomes, float]] = []
+        self.polish_used = 0
+        #: The best T after each round (polish included): what the rule reads.
+        self.round_best: list[float] = []
+
+    def round_size(self, r: int) -> int:
+        """Round ``r``'s evaluations: ``round_evaluations``, doubled every ``double_every``
+        rounds (0: never), at most ``max_doublings`` times."""
+        d = min(self.max_doublings, r // self.double_every) if self.double_every else 0
+        return self.round_evaluations << d
+
+    def _share(self, r: int) -> Budget:
+        """Round ``r``'s :meth:`round_size` (a new round starts only when it fits)."""
+        return Budget(evaluations=self.round_size(r))
+
+    @property
+    def used(self) -> int:
+        return super().used + self.polish_used
+
+    @property
+    def best_time(self) -> float:  # type: ignore[override]
+        return min([super().best_time, *(t for _, t in self.polished)])
+
+    def settled(self) -> bool:
+        """The stop rule on the rounds so far."""
+        n, P = len(self.round_best), self.patience
+        if n >= self.rounds:
+            return True
+        if n < max(self.min_rounds, P + 1):
+            return False
+        ref = self.round_best[n - P - 1]
+        return not self.round_best[-1] < ref * (1.0 - self.tolerance)
+
+    def _end_round(self) -> None:
+        """Polish the round's best, note the best so far."""
+        assert self._evaluate is not None
+        genome, T = self.current.best()
+        if self.polish_fn is not None and np.isfinite(T):
+            room = int(self.polish_share * self.round_size(len(self.engines) - 1))
+            if self.budget.evaluations is not None:
+                room = min(room, self.budget.evaluations - self.used)
+            g, t, used = self.polish_fn(self._evaluate, genome, T, room)
+            self.polish_used += used
+            if t < T:
+                self.polished.append((g, t))
+        self.round_best.append(self.best_time)
+
+    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+        self.current.tell(genomes, times)
+        self.generation += 1
+        if not self._round_over():
+            return
+        self._end_round()
+        cap = self.budget.evaluations
+        size = self.round_size(len(self.engines))
+        if self.settled() or (cap is not None and cap - self.used < size):
+            self.finished = True  # settled, or the cap leaves no room for a whole round
+            return
+        assert self._evaluate is not None
+        self._start_round(self._evaluate)
+
+    def best(self) -> tuple[Genomes, float]:
+        """The best round's best or polished plan (the first of equal ones)."""
+        out = [e.best() for e in self.engines] + self.polished
+        return min(out, key=lambda gt: gt[1])
