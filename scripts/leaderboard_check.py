@@ -1,10 +1,10 @@
-"""TiDGAP now against a leaderboard's TiDGAP rows: the same cells rerun, means over seeds compared.
+"""TiDGAP against a leaderboard's TiDGAP rows: the same cells rerun, means over seeds compared.
 
 For every ``tidgap`` row of the leaderboard (default ``results/published/leaderboard.csv``)
 without an error, TiDGAP runs again with the row's problem, mode, seed, budget and memory cap,
-and the table gives, per problem, mode and memory cap, the mean T over the row's seeds then
-and now and the change (now / then - 1). Fixed budgets are reproducible, so a change is a
-change of the planner.
+and the table gives, per problem, mode and memory cap, the mean T over the row's seeds in the
+leaderboard and rerun, and the change (rerun / leaderboard - 1). Fixed budgets are
+reproducible, so a change is a change of the planner.
 
     PYTHONPATH=$PWD python scripts/leaderboard_check.py > results/perf/leaderboard-check.md
 """
@@ -39,7 +39,8 @@ def main() -> int:
             (float(r["T_pred"]), res.iteration_time))
     print(f"Leaderboard `{args.leaderboard}`, planner `{args.planner}`, rerun: "
           "`PYTHONPATH=$PWD python scripts/leaderboard_check.py`.\n")
-    print("| problem | mode | memory cap | budget | seeds | mean T then | mean T now | change |")
+    print("| problem | mode | memory cap | budget | seeds | mean T, leaderboard | mean T, rerun | "
+          "change |")
     print("|---|---|---|---|---|---|---|---|")
     worst = 0.0
     for (p, mode, cap, budget), pairs in groups.items():
