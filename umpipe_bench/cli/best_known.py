@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._numbers import seconds
 from ._paths import path_arg
 
 
@@ -17,13 +18,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "umpipe_bench/problems/best_known.json with the plan that achieves it. 'update' "
         "re-simulates every plan of a leaderboard and records those that reproduce their value and "
         "beat the entry in place; it refuses (and lists) any it cannot reproduce. 'check' "
-        "re-simulates every entry (exit 1 if one does not reproduce).",
+        "re-simulates every entry and checks its proven bound (exit 1 if one fails; "
+        "docs/CERTIFY.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("action", choices=("show", "check", "update"))
     p.add_argument("--from", type=path_arg, dest="source", default="results/leaderboard.csv",
                    metavar="CSV",
                    help="update: the leaderboard whose plans are candidates")
+    p.add_argument("--prove", type=seconds(0.0, open_low=True), default=None, metavar="SECS",
+                   help="check: also prove every solver-proven bound again with CP-SAT, at most "
+                   "SECS each (the extra 'certify'; docs/CERTIFY.md)")
     p.add_argument("--file", type=path_arg, default=None, metavar="JSON",
                    help="the best-known file (default: umpipe_bench/problems/best_known.json)")
     p.set_defaults(func=run)
@@ -38,13 +43,18 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "show":
         book = bk.BestKnown(args.file)
         for e in sorted(book.entries.values(), key=lambda e: e.key):
+            gap = "" if e.gap is None else f"gap {100 * e.gap:6.2f} %"
             print(f"{e.problem:<18} {e.mode:<9} {e.family:<7} {e.value * 1e3:12.4f} ms  "
-                  f"{e.planner:<14} {e.date}")
+                  f"{e.planner:<14} {e.date}  {gap}{'  optimal' if e.optimal else ''}")
         gaps = bk.missing(args.file)
         print(f"{len(book.entries)} entries; {len(gaps)} (problem, mode, schedule) without one")
         return 0
     if args.action == "check":
-        bad = bk.check(args.file)
+        if args.prove is not None:
+            from ..certify.solve import require_solver
+
+            require_solver()
+        bad = bk.check(args.file, prove=args.prove)
         for line in bad:
             print(f"does not reproduce: {line}", file=sys.stderr)
         print(f"{len(bk.BestKnown(args.file).entries) - len(bad)} entries reproduce, "
