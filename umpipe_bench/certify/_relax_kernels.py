@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["backward_release", "forward_release", "stage_min_time", "tails"]
+__all__ = ["backward_release", "forward_release", "forward_tails", "stage_min_time", "tails"]
 
 INF = np.inf
 
@@ -88,7 +88,29 @@ def tails(back, grad, lam, opt):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _feasible(target, fwd, back, relf, relb, grad, lam, opt, V):  # pragma: no cover
+def forward_tails(fwd, act, own, down):  # pragma: no cover - compiled
+    """``ftail[a, b]``: the least time from the end of this stage's forward ``[a, b)`` to the
+    end of the iteration: the backward carrying any of its samples ``t`` still needs
+    ``own[t]`` (the stage's :func:`tails`), and the activation of ``b - 1`` reaches the next
+    stage after ``act[b - a]``, which still needs ``down[b - 1]`` (``-inf``: last stage).
+    ``kappa[t]``: the least time from the arrival of ``t``'s activation to the end."""
+    B = own.shape[0]
+    ftail = np.full((B + 1, B + 1), -INF)
+    kappa = np.full(B, INF)
+    for a in range(B):
+        top = -INF
+        for b in range(a + 1, B + 1):
+            top = max(top, own[b - 1])
+            ftail[a, b] = max(top, act[b - a] + down[b - 1])
+            v = fwd[b - a] + ftail[a, b]
+            for t in range(a, b):
+                if v < kappa[t]:
+                    kappa[t] = v
+    return ftail, kappa
+
+
+@njit(cache=True, nogil=True)
+def _feasible(target, fwd, back, relf, relb, grad, lam, opt, ftail, V):  # pragma: no cover
     B = relf.shape[0]
     V[:, :] = INF
     V[0, 0] = 0.0
@@ -96,10 +118,14 @@ def _feasible(target, fwd, back, relf, relb, grad, lam, opt, V):  # pragma: no c
         for p in range(n):  # the forward [p, n) from any state (p, k)
             r = relf[n - 1]
             f = fwd[n - p]
+            late = target - ftail[p, n] - f  # latest start that meets the forward's tail
             for k in range(p + 1):
                 v = V[p, k]
                 if v < INF:
-                    e = max(v, r) + f
+                    st = max(v, r)
+                    if st > late:
+                        continue
+                    e = st + f
                     if e < V[n, k]:
                         V[n, k] = e
         for k in range(n):  # the backward [k, q) from (n, k), q <= n
@@ -118,21 +144,24 @@ def _feasible(target, fwd, back, relf, relb, grad, lam, opt, V):  # pragma: no c
 
 
 @njit(cache=True, nogil=True)
-def stage_min_time(fwd, back, relf, relb, grad, lam, opt, lo, hi, iters):  # pragma: no cover
+def stage_min_time(fwd, back, relf, relb, grad, lam, opt, ftail, lo, hi,
+                   iters):  # pragma: no cover
     """The largest target ``T`` (within ``iters`` bisection steps of ``[lo, hi]``) at which one
     stage cannot finish: forwards in sample order released at ``relf[b-1]`` for ``[a, b)``,
     backwards in sample order after the forward of their last sample and ``relb[d-1]``, one
     operation at a time, every backward ``[c, d)`` ending ``grad[d-c] + lam[c]`` before ``T``
-    and the last ``opt`` before it. ``lo`` must be infeasible; ``hi`` is raised until feasible."""
+    and the last ``opt`` before it, every forward ``[a, b)`` ending ``ftail[a, b]`` before
+    ``T``. Returns ``lo`` if no target above it is found infeasible; ``hi`` is raised until
+    feasible."""
     B = relf.shape[0]
     V = np.empty((B + 1, B + 1))
-    while not _feasible(hi, fwd, back, relf, relb, grad, lam, opt, V):
+    while not _feasible(hi, fwd, back, relf, relb, grad, lam, opt, ftail, V):
         hi = 2.0 * hi + 1e-12
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             break
-        if _feasible(mid, fwd, back, relf, relb, grad, lam, opt, V):
+        if _feasible(mid, fwd, back, relf, relb, grad, lam, opt, ftail, V):
             hi = mid
         else:
             lo = mid

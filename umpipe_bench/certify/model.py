@@ -131,7 +131,10 @@ def build(problem: Problem, mode: str, unit: float, horizon: int, order: str = "
     suffix = _suffix_work(ci)
     for s in range(S):
         for t in range(B):  # every backward of samples t.. runs after the forward of t
-            cp.add(T >= GF[s][t] + int(suffix[s, B - t]) + int(oi[s]))
+            own = max(int(suffix[s, B - t]) + int(oi[s]), int(rx["lam"][s][t]))
+            cp.add(T >= GF[s][t] + own)
+            if s < S - 1:  # after the activation of t reaches stage s+1
+                cp.add(T >= XA[s][t] + int(rx["kappa"][s + 1][t]))
     xs, ys, fss, bss = [], [], [], []
     for s in range(S):
         x = {r: cp.new_bool_var(f"x{s}_{r[0]}_{r[1]}") for r in rng}

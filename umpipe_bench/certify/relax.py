@@ -71,13 +71,17 @@ def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.nd
     sigma = [np.zeros(B) for _ in range(S)]
     for s in range(S - 1, 0, -1):
         sigma[s - 1] = k.backward_release(back[s], grad[s], fend[s], sigma[s])
-    lam = [np.full(B, -np.inf)]  # lam[s + 1]: tails of the stage below s + 1
-    for s in range(S - 1):
+    lam = [np.full(B, -np.inf)]  # lam[s + 1]: tails of stage s (lam[0]: none below 0)
+    for s in range(S):
         lam.append(k.tails(back[s], grad[s], lam[s], opt[s]))
+    ftail: list = [None] * S
+    kappa: list = [None] * S + [np.full(B, -np.inf)]  # below the last stage: nothing
+    for s in range(S - 1, -1, -1):
+        ftail[s], kappa[s] = k.forward_tails(fwd[s], act[s], lam[s + 1], kappa[s + 1])
     best = float(lo)
     for s in range(S):
         v = k.stage_min_time(fwd[s], back[s], rho[s], sigma[s], grad[s], lam[s], opt[s],
-                             float(lo), max(2.0 * float(lo), 1e-12), ITERS)
+                             ftail[s], float(lo), max(2.0 * float(lo), 1e-12), ITERS)
         best = max(best, float(v))
-    return {"rho": rho[:S], "fend": fend, "sigma": sigma, "lam": [*lam[1:], None],
+    return {"rho": rho[:S], "fend": fend, "sigma": sigma, "lam": lam[1:], "kappa": kappa[:S],
             "bound": best}

@@ -19,10 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "re-simulates every plan of a leaderboard and records those that reproduce their value and "
         "beat the entry in place; it refuses (and lists) any it cannot reproduce. 'check' "
         "re-simulates every entry and checks its proven bound (exit 1 if one fails; "
-        "docs/CERTIFY.md).",
+        "docs/CERTIFY.md). 'bound' records the lower bound (umpipe_bench.bound: closed form and "
+        "stage relaxation) with every entry whose bound is lower or missing.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("action", choices=("show", "check", "update"))
+    p.add_argument("action", choices=("show", "check", "update", "bound"))
     p.add_argument("--from", type=path_arg, dest="source", default="results/leaderboard.csv",
                    metavar="CSV",
                    help="update: the leaderboard whose plans are candidates")
@@ -60,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(bk.BestKnown(args.file).entries) - len(bad)} entries reproduce, "
               f"{len(bad)} do not")
         return 1 if bad else 0
+    if args.action == "bound":
+        return _bounds(args.file)
     if not Path(args.source).is_file():
         raise UserInputError(f"--from {args.source!r}: no such leaderboard file")
     from ._paths import check_output_file, writing
@@ -76,3 +79,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(rep.accepted)} recorded, {rep.kept} not better than the entry in place, "
           f"{len(rep.refused)} refused")
     return 1 if rep.refused else 0
+
+
+def _bounds(path: str | None) -> int:
+    """``best-known bound``: the closed-form and relaxation bound into every entry."""
+    from ..bench import best_known as bk
+    from ..bound import lower_bound
+    from ..registry import get_problem
+
+    book = bk.BestKnown(path)
+    raised = 0
+    for key, e in sorted(book.entries.items()):
+        lb = lower_bound(get_problem(e.problem), e.mode)
+        if e.bound is None or lb > e.bound:
+            bk.record_bound(key, lb, "relaxation", path)
+            raised += 1
+    print(f"{raised} bounds recorded, {len(book.entries) - raised} entries keep a higher one")
+    return 0
