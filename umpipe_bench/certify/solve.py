@@ -127,10 +127,11 @@ def _run(solver: Any, cp: Any, clock: Any) -> int:
 
 def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: float = 60.0,
             workers: int = 1, hints: list[Plan] | None = None, clock: Any = None,
-            seed: int = 0) -> Certificate:
+            seed: int = 0, params: dict[str, Any] | None = None) -> Certificate:
     """Solve ``problem`` in ``mode`` over ``order`` (:data:`.model.ORDERS`) for at most
     ``time_limit`` seconds (less if ``clock`` ends sooner); ``hints``: plans whose values
-    bound the horizon and whose best one starts the search (default: the best GPipe EDP)."""
+    bound the horizon and whose best one starts the search (default: the best GPipe EDP);
+    ``params``: further CP-SAT parameters (``linearization_level``, ...)."""
     from ..bound import lower_bound
 
     require_solver()
@@ -179,6 +180,8 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     solver.parameters.max_time_in_seconds = limit
     solver.parameters.num_workers = int(workers)
     solver.parameters.random_seed = int(seed)
+    for key, value in (params or {}).items():
+        setattr(solver.parameters, key, value)
     status = _run(solver, m.cp, clock)
     name = solver.status_name(status)
     from_solver = False
