@@ -191,12 +191,15 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
         if T < best_T:
             best_plan, best_ops, best_T, from_solver = plan, ops, T, True
     bound = lower_bound(problem, mode)
+    solver_bound = -math.inf
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        bound = max(bound, float(solver.best_objective_bound) * unit)
+        solver_bound = float(solver.best_objective_bound) * unit
+        bound = max(bound, solver_bound)
     elif status == cp_model.INFEASIBLE:  # the hint is a solution on the rounded costs
         raise RuntimeError(f"certify: the model of {problem.name!r} ({mode}) is infeasible "
                            "below its hint's time (a bug)")
     return Certificate(problem.name, mode, order, best_T, bound, name, best_plan,
                        [[str(o) for o in row] for row in best_ops], from_solver,
                        time.perf_counter() - t_start, unit,
-                       {"conflicts": solver.num_conflicts, "branches": solver.num_branches})
+                       {"conflicts": solver.num_conflicts, "branches": solver.num_branches,
+                        "solver_bound": solver_bound})

@@ -94,6 +94,8 @@ def _record(problem, c, path: str | None) -> list[str]:
 
     done = []
     by = f"cpsat order={c.order} {c.status.lower()}"
+    if c.stats.get("solver_bound", -1.0) < c.bound:  # the solver proved less than this
+        by = "relaxation"
     families = ("capped", "gpipe") if c.order == "any" else ("gpipe",)
     if c.from_solver:
         plan = capped_plan(problem, c.plan, c.ops, c.value) if c.order == "any" else c.plan
