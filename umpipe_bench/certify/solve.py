@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UserInputError
+from ..errors import SolverMissing, UserInputError
 from ..plan import Plan
 from ..problem import Problem
 from ..schedules import Op, build_schedule, capped_order
@@ -37,10 +37,6 @@ __all__ = ["OPT_TOL", "Certificate", "SolverMissing", "certify", "require_solver
 OPT_TOL = 1e-5
 #: Integer units per reference time (:func:`.model.unit_for`).
 RESOLUTION = 1e8
-
-
-class SolverMissing(UserInputError):
-    """OR-Tools is not installed (the optional extra ``certify``)."""
 
 
 def require_solver() -> None:

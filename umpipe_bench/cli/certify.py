@@ -23,8 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("problems", nargs="+", metavar="PROBLEM", help="problem names or files")
-    p.add_argument("--mode", choices=("stash", "recompute", "both"), default="both")
-    p.add_argument("--order", choices=("any", "gpipe", "both"), default="both")
+    p.add_argument("--mode", choices=("stash", "recompute", "both"), default="both",
+                   help="memory mode(s)")
+    p.add_argument("--order", choices=("any", "gpipe", "both"), default="both",
+                   help="orders of the operations the model allows (docs/CERTIFY.md)")
     p.add_argument("--time-limit", type=seconds(0.0, open_low=True), default=60.0,
                    metavar="SECS", help="solver time per (problem, mode, order)")
     p.add_argument("--workers", type=whole(1, 64), default=1, help="solver threads")
