@@ -126,3 +126,35 @@ def test_split_backward_tables_leave_the_plan_digest_alone():
     assert problem_digest(q, split=True) != problem_digest(p, split=True)
     r = dataclasses.replace(p, stages=(dataclasses.replace(p.stages[0], opt=1.0), *stages[1:]))
     assert problem_digest(r) != problem_digest(p)
+
+
+def test_a_recorded_bound_is_checked_and_kept_by_a_better_plan(tmp_path):
+    """The bound: at most the value, optimal exactly when they agree (docs/CERTIFY.md)."""
+    from dataclasses import replace
+
+    from umpipe_bench.bound import lower_bound
+
+    f = tmp_path / "best_known.json"
+    c, T = _candidate(tmp_path, 3, name="m3")
+    bk.update([c], f)
+    key = (PROBLEM, "stash", "capped")
+    lb = lower_bound(get_problem(PROBLEM), "stash")
+    e = bk.record_bound(key, lb, "relaxation", f)
+    assert e.bound == lb and not e.optimal and bk.check(f) == []
+    with pytest.raises(bk.BestKnownError, match="exceeds the value"):
+        bk.record_bound(key, T * 1.01, "x", f)
+    book = bk.BestKnown(f)
+    book.entries[key] = replace(book.entries[key], optimal=True)
+    book.save()
+    assert "optimal is True" in bk.check(f)[0]
+    book.entries[key] = replace(book.entries[key], optimal=False, bound=T * 1.5)
+    book.save()
+    assert "exceeds the value" in bk.check(f)[0]
+    book.entries[key] = replace(book.entries[key], bound=lb)
+    book.save()
+    better = min((_candidate(tmp_path, M, name=f"n{M}") for M in (1, 2, 6)), key=lambda x: x[1])
+    if better[1] < T:
+        bk.update([better[0]], f)
+        assert bk.BestKnown(f).entries[key].bound == lb  # a bound outlives the plan
+    assert bk.check(f) == []
+    assert bk.proven_bound(PROBLEM, "stash", f) >= lb

@@ -18,7 +18,8 @@ PURE = [
     "umpipe_bench.chunk_schedule", "umpipe_bench.chunk_torch", "umpipe_bench.chunk_codec",
     "umpipe_bench.planners.evaluation.chunk_eval",
     "umpipe_bench.planners.evaluation.chunk_objective",
-    "umpipe_bench.planners.algorithms.chunk_search",
+    "umpipe_bench.planners.algorithms.chunk_search", "umpipe_bench.certify.model",
+    "umpipe_bench.certify.solve", "umpipe_bench.certify.relax", "umpipe_bench.certify.caps",
 ]
 
 

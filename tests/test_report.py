@@ -93,6 +93,21 @@ def test_report_markdown_and_plots(board, tmp_path):
     best = best_rows(df).iloc[0]
     assert f"{best.speedup_vs_gpipe:+.2%}" in md
     assert "![Convergence" in md
+    assert "gap to best known" in md and "certified (gap <= 1 %)" in md
+
+
+def test_headline_gaps_to_the_proven_bound_and_best_known(board):
+    """The gap to the proven bound is never negative, and certified means at most 1 %."""
+    from umpipe_bench.bench import best_known as bk
+    from umpipe_bench.bench.report import headline_table
+
+    t = headline_table(load_leaderboard(board / "leaderboard.csv"))
+    for _, r in t.iterrows():
+        gap = float(r["gap to bound"].rstrip("%")) / 100
+        assert gap >= -1e-9
+        assert r["certified (gap <= 1 %)"] == ("yes" if gap <= bk.CERTIFIED_GAP else "no")
+        lb = bk.proven_bound(r["problem"], r["mode"])
+        assert lb <= float(r["T (ms)"]) / 1e3 * (1 + 1e-3)
 
 
 def test_report_cli(board, tmp_path, capsys):

@@ -125,8 +125,18 @@ def stage_bound(problem: Problem, mode: str = "stash") -> Bound:
 
 
 def lower_bound(problem: Problem, mode: str = "stash") -> float:
-    """A lower bound on T of every plan and schedule of the family (docs/SIMNETS.md)."""
-    return stage_bound(problem, mode).value
+    """A lower bound on T of every plan and schedule of the family: the larger of the closed
+    form (docs/SIMNETS.md "The bound") and the stage relaxation (docs/CERTIFY.md "The stage
+    relaxation"; problems with ``S * B^3`` up to :data:`.certify.relax.MAX_WORK`)."""
+    from .certify.relax import relaxed_bound
+
+    # kept with the problem, as its tables are (a frozen dataclass's cached attribute)
+    known: dict[str, float] = problem.__dict__.setdefault("_lower_bounds", {})
+    if mode not in known:
+        closed = stage_bound(problem, mode).value
+        relaxed = relaxed_bound(problem, mode, closed)
+        known[mode] = closed if relaxed is None else max(closed, relaxed)
+    return known[mode]
 
 
 def gap_to_bound(problem: Problem, mode: str, T: float) -> float:

@@ -11,6 +11,9 @@ budget, a schedule shape torch refuses, a plan the runtime refuses before launch
 lists that deadlock). The message names the file, field or stage and what was expected. The
 command line prints it as one line and exits with code 2.
 
+:class:`SolverMissing`: an :class:`InputError` raised when an optional solver (OR-Tools CP-SAT,
+the extra ``certify``) is not installed. One line, exit code 2.
+
 :class:`UnknownNameError`: a problem, planner, model or schedule name that no registry knows;
 the message lists the valid names. Also a :class:`KeyError`, as a failed lookup has always
 been. One line, exit code 2.
@@ -56,6 +59,7 @@ __all__ = [
     "ProfileError",
     "RunTimeout",
     "ShapeMismatchError",
+    "SolverMissing",
     "StageFailure",
     "Terminated",
     "TimeUp",
@@ -84,6 +88,10 @@ class UnknownNameError(UmpipeError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class SolverMissing(InputError):
+    """An optional solver is not installed (OR-Tools CP-SAT, the extra ``certify``)."""
 
 
 class MemoryCapError(UmpipeError):

@@ -296,21 +296,29 @@ def _md(df: pd.DataFrame) -> str:
 
 
 def _lower_bounds(runs: Sequence[Run]) -> dict[tuple[str, str], float]:
-    """Per (problem, mode): the proven lower bound on T (docs/SIMNETS.md), where the problem
-    is registered; {} where the installed version has no bound module."""
-    try:
-        from ..bound import lower_bound
-    except ImportError:
-        return {}
-    from ..registry import get_problem
+    """Per (problem, mode): the proven lower bound on T (docs/CERTIFY.md: the closed form,
+    the stage relaxation and a solver's bound recorded in the best-known file), where the
+    problem is registered."""
+    from .best_known import proven_bound
 
     out = {}
     for key in dict.fromkeys((r.problem, r.mode) for r in runs):
         try:
-            out[key] = float(lower_bound(get_problem(key[0]), key[1]))
+            lb = proven_bound(key[0], key[1])
         except Exception:  # a problem that is no longer registered: no bound for it
             continue
+        if lb is not None:
+            out[key] = float(lb)
     return out
+
+
+def _certified_groups(refs: Mapping[Any, tuple[float, str]],
+                      bounds: Mapping[tuple[str, str], float]) -> int:
+    """Groups whose reference value is within 1 % of the proven bound."""
+    from .best_known import CERTIFIED_GAP
+
+    return sum(1 for g, (f, _) in refs.items()
+               if bounds.get((g[0], g[1])) and f / bounds[(g[0], g[1])] - 1.0 <= CERTIFIED_GAP)
 
 
 def _mean_pct(values: Sequence[float]) -> str:
@@ -389,9 +397,11 @@ def anytime_section(df: pd.DataFrame, lb_dir: str | Path, out: str | Path | None
         _md(fb[shown]),
         "### Average rank of the final plan (per problem, mode, cap and seed) and final gaps",
         "",
-        "The lower bound is docs/SIMNETS.md's proven bound on T for any plan "
-        "(`umpipe_bench.bound`); a gap to it is an upper limit on what any planner could "
-        "still gain.",
+        "The lower bound is the proven bound on T for any plan (docs/CERTIFY.md: "
+        "`umpipe_bench.bound` and the solver's bounds in best_known.json); a gap to it is an "
+        "upper limit on what any planner could still gain. "
+        f"{_certified_groups(refs, bounds)} of {len(refs)} groups have f_ref within 1 % of "
+        "it (certified).",
         "",
         _md(ranks[["planner", "average rank", "groups", "final gap (95 % CI)",
                    "final gap to lower bound"]]),

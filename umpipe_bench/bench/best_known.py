@@ -72,10 +72,21 @@ class Entry:
     schedule: str
     date: str
     problem_digest: str
+    #: a proven lower bound on T of every plan of the family (seconds; docs/CERTIFY.md)
+    bound: float | None = None
+    #: what proved ``bound`` (e.g. ``cpsat order=any 60s``, ``relaxation``)
+    bound_by: str = ""
+    #: ``value`` is within :data:`umpipe_bench.certify.solve.OPT_TOL` of ``bound``
+    optimal: bool = False
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.problem, self.mode, self.family)
+
+    @property
+    def gap(self) -> float | None:
+        """``value / bound - 1`` (None without a bound)."""
+        return None if not self.bound else self.value / self.bound - 1.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,9 @@ _ENTRY = sc.Obj((
     sc.Field("schedule", sc.Str(choices=SCHEDULE_NAMES), required=True),
     sc.Field("date", sc.Str(), required=True),
     sc.Field("problem_digest", sc.Str(nonempty=True), required=True),
+    sc.Field("bound", sc.Num(lo=0, lo_open=True, nullable=True, what="a time in seconds")),
+    sc.Field("bound_by", sc.Str()),
+    sc.Field("optimal", sc.Bool()),
 ), what="an entry object")
 #: The best-known file's schema (module docstring).
 SPEC = sc.Obj((
@@ -228,8 +242,10 @@ def update(candidates: Iterable[Candidate], path: str | os.PathLike[str] | None 
                 continue
             rel = f"best_known/{c.problem}__{c.mode}__{family}.json"
             plan.save(folder / rel)
+            kept = old is not None and old.problem_digest == digest and old.bound is not None
             entry = Entry(c.problem, c.mode, family, T, rel, c.planner, schedule, c.date,
-                          digest)
+                          digest, *((old.bound, old.bound_by, _is_optimal(T, old.bound))
+                                    if kept else ()))
             book.entries[entry.key] = entry
             rep.accepted.append(entry)
     if rep.accepted:
@@ -254,9 +270,44 @@ def candidates_from_leaderboard(csv_path: str | os.PathLike[str]) -> list[Candid
     return out
 
 
-def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None
-          ) -> list[str]:
-    """Re-simulate every entry; one line per entry that does not reproduce (empty: all do)."""
+def _is_optimal(value: float, bound: float | None) -> bool:
+    from ..certify.solve import OPT_TOL
+
+    return bound is not None and value - bound <= OPT_TOL * value
+
+
+def _check_bound(e: Entry, problem: Problem, prove: float | None) -> None:
+    """The entry's bound and optimal flag (docs/CERTIFY.md "Certified values"): at most the
+    value, at least the closed-form bound, ``optimal`` exactly when they agree; with
+    ``prove`` (seconds) a solver-proven bound is proven again within that time limit."""
+    from ..bound import stage_bound
+
+    if e.bound is None:
+        if e.optimal:
+            raise BestKnownError("marked optimal without a bound")
+        return
+    if e.bound > e.value * (1 + REL_TOL):
+        raise BestKnownError(f"bound {e.bound!r} s exceeds the value {e.value!r} s")
+    closed = stage_bound(problem, e.mode).value
+    if e.bound < closed * (1 - REL_TOL):
+        raise BestKnownError(f"bound {e.bound!r} s is below the closed-form bound {closed!r} s")
+    if e.optimal != _is_optimal(e.value, e.bound):
+        raise BestKnownError(f"optimal is {e.optimal} but value {e.value!r} s and bound "
+                             f"{e.bound!r} s say {not e.optimal}")
+    if prove is not None and e.bound_by.startswith("cpsat"):
+        from ..certify.solve import certify
+
+        order = "gpipe" if e.family == "gpipe" else "any"
+        c = certify(problem, e.mode, order=order, time_limit=prove)
+        if c.bound < e.bound * (1 - REL_TOL):
+            raise BestKnownError(f"the solver proves {c.bound!r} s in {prove:g} s, below the "
+                                 f"recorded bound {e.bound!r} s")
+
+
+def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None,
+          prove: float | None = None) -> list[str]:
+    """Re-simulate every entry and check its bound (:func:`_check_bound`; ``prove``: seconds
+    per solver-proven bound to prove it again); one line per entry that fails (empty: none)."""
     if load_problem is None:
         from ..registry import get_problem as load_problem
     book = BestKnown(path)
@@ -270,9 +321,30 @@ def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None
             T, _ = _simulate(problem, book.path.parent / e.plan_file)
             if not math.isclose(T, e.value, rel_tol=REL_TOL):
                 raise BestKnownError(f"re-simulates to {T!r} s, not {e.value!r} s")
+            _check_bound(e, problem, prove)
         except Exception as exc:
             bad.append(f"{e.problem} {e.mode} {e.family}: {exc}")
     return bad
+
+
+def record_bound(key: tuple[str, str, str], bound: float, bound_by: str,
+                 path: str | os.PathLike[str] | None = None) -> Entry:
+    """Store a proven ``bound`` for an entry (kept only when above the one in place)."""
+    from dataclasses import replace
+
+    book = BestKnown(path)
+    e = book.entries.get(key)
+    if e is None:
+        raise BestKnownError(f"no entry for problem {key[0]!r}, mode {key[1]!r}, family "
+                             f"{key[2]!r}")
+    if bound > e.value * (1 + REL_TOL):
+        raise BestKnownError(f"bound {bound!r} s exceeds the value {e.value!r} s of {key}")
+    if e.bound is None or bound > e.bound:
+        bound = min(bound, e.value)
+        e = replace(e, bound=bound, bound_by=bound_by, optimal=_is_optimal(e.value, bound))
+        book.entries[key] = e
+        book.save()
+    return e
 
 
 def missing(path: str | os.PathLike[str] | None = None,
@@ -283,6 +355,36 @@ def missing(path: str | os.PathLike[str] | None = None,
     book = BestKnown(path)
     return [(p, m, f) for p in (names if names is not None else problem_names())
             for m in MODES for f in FAMILIES if (p, m, f) not in book.entries]
+
+
+def proven_bound(problem: str, mode: str, path: str | os.PathLike[str] | None = None
+                 ) -> float | None:
+    """The best proven lower bound on T of every plan of ``problem`` in ``mode``: the larger
+    of :func:`umpipe_bench.bound.named_lower_bound` and the bound recorded with the capped
+    family's entry (an any-order bound, docs/CERTIFY.md); None when the name does not load."""
+    from ..bound import named_lower_bound
+
+    lb = named_lower_bound(problem, mode)
+    try:
+        e = BestKnown(path).entries.get((problem, mode, "capped"))
+    except BestKnownError:
+        e = None
+    if e is not None and e.bound is not None and lb is not None:
+        lb = max(lb, e.bound)
+    return lb
+
+
+def value_of(problem: str, mode: str, path: str | os.PathLike[str] | None = None
+             ) -> float | None:
+    """The best known value of the capped family (None: no entry or no file)."""
+    try:
+        return BestKnown(path).value(problem, mode, "capped")
+    except BestKnownError:
+        return None
+
+
+#: A gap to the proven bound at most this marks a value certified (docs/CERTIFY.md).
+CERTIFIED_GAP = 0.01
 
 
 def as_mapping(path: str | os.PathLike[str] | None = None, family: str = "capped"

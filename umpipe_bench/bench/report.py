@@ -52,11 +52,26 @@ def _edp(T: Any, M: Any) -> str:
 
 
 def _gap(r: pd.Series) -> float:
-    """How far the row's T is above the problem's lower bound (docs/SIMNETS.md)."""
-    from ..bound import named_lower_bound
+    """How far the row's T is above the problem's proven lower bound (docs/CERTIFY.md)."""
+    from .best_known import proven_bound
 
-    lb = named_lower_bound(str(r["problem"]), str(r["mode"]))
+    lb = proven_bound(str(r["problem"]), str(r["mode"]))
     return float("nan") if lb is None else float(r["T_pred"]) / lb - 1.0
+
+
+def _gap_known(r: pd.Series) -> float:
+    """How far the row's T is above the best known value of the capped family."""
+    from .best_known import value_of
+
+    v = value_of(str(r["problem"]), str(r["mode"]))
+    return float("nan") if v is None else float(r["T_pred"]) / v - 1.0
+
+
+def _certified(gap: float) -> str:
+    """``yes`` when the gap to the proven bound is at most 1 % (docs/CERTIFY.md)."""
+    from .best_known import CERTIFIED_GAP
+
+    return "" if pd.isna(gap) else ("yes" if gap <= CERTIFIED_GAP else "no")
 
 
 def _peak_share(r: pd.Series) -> str:
@@ -100,7 +115,9 @@ def headline_table(df: pd.DataFrame, capped: bool = False) -> pd.DataFrame:
             "vs best EDP": _pct(r["speedup_vs_best_edp"]),
             "best torch schedule (ms, M)": _torch(r),
             "vs best torch": _pct(r.get("speedup_vs_best_torch")),
+            "gap to best known": _pct(_gap_known(r)) if not capped else "",
             "gap to bound": _pct(_gap(r)),
+            "certified (gap <= 1 %)": _certified(_gap(r)),
             "planner mean vs best EDP (seeds)": (
                 f"{_pct(same['speedup_vs_best_edp'].mean())} ({len(same)})"),
         })

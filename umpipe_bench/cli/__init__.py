@@ -21,7 +21,7 @@ __all__ = ["main"]
 # Sub-command modules, in the order --help lists them.
 SUBCOMMANDS = (
     "problems", "simulate", "schedules", "profile", "plan", "execute", "bench", "report", "tune",
-    "study", "best_known",
+    "study", "best_known", "certify",
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._numbers import seconds
 from ._paths import path_arg
 
 
@@ -17,13 +18,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "umpipe_bench/problems/best_known.json with the plan that achieves it. 'update' "
         "re-simulates every plan of a leaderboard and records those that reproduce their value and "
         "beat the entry in place; it refuses (and lists) any it cannot reproduce. 'check' "
-        "re-simulates every entry (exit 1 if one does not reproduce).",
+        "re-simulates every entry and checks its proven bound (exit 1 if one fails; "
+        "docs/CERTIFY.md). 'bound' records the lower bound (umpipe_bench.bound: closed form and "
+        "stage relaxation) with every entry whose bound is lower or missing.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("action", choices=("show", "check", "update"))
+    p.add_argument("action", choices=("show", "check", "update", "bound"))
     p.add_argument("--from", type=path_arg, dest="source", default="results/leaderboard.csv",
                    metavar="CSV",
                    help="update: the leaderboard whose plans are candidates")
+    p.add_argument("--prove", type=seconds(0.0, open_low=True), default=None, metavar="SECS",
+                   help="check: also prove every solver-proven bound again with CP-SAT, at most "
+                   "SECS each (the extra 'certify'; docs/CERTIFY.md)")
     p.add_argument("--file", type=path_arg, default=None, metavar="JSON",
                    help="the best-known file (default: umpipe_bench/problems/best_known.json)")
     p.set_defaults(func=run)
@@ -38,18 +44,25 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "show":
         book = bk.BestKnown(args.file)
         for e in sorted(book.entries.values(), key=lambda e: e.key):
+            gap = "" if e.gap is None else f"gap {100 * e.gap:6.2f} %"
             print(f"{e.problem:<18} {e.mode:<9} {e.family:<7} {e.value * 1e3:12.4f} ms  "
-                  f"{e.planner:<14} {e.date}")
+                  f"{e.planner:<14} {e.date}  {gap}{'  optimal' if e.optimal else ''}")
         gaps = bk.missing(args.file)
         print(f"{len(book.entries)} entries; {len(gaps)} (problem, mode, schedule) without one")
         return 0
     if args.action == "check":
-        bad = bk.check(args.file)
+        if args.prove is not None:
+            from ..certify.solve import require_solver
+
+            require_solver()
+        bad = bk.check(args.file, prove=args.prove)
         for line in bad:
             print(f"does not reproduce: {line}", file=sys.stderr)
         print(f"{len(bk.BestKnown(args.file).entries) - len(bad)} entries reproduce, "
               f"{len(bad)} do not")
         return 1 if bad else 0
+    if args.action == "bound":
+        return _bounds(args.file)
     if not Path(args.source).is_file():
         raise UserInputError(f"--from {args.source!r}: no such leaderboard file")
     from ._paths import check_output_file, writing
@@ -66,3 +79,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(rep.accepted)} recorded, {rep.kept} not better than the entry in place, "
           f"{len(rep.refused)} refused")
     return 1 if rep.refused else 0
+
+
+def _bounds(path: str | None) -> int:
+    """``best-known bound``: the closed-form and relaxation bound into every entry."""
+    from ..bench import best_known as bk
+    from ..bound import lower_bound
+    from ..registry import get_problem
+
+    book = bk.BestKnown(path)
+    raised = 0
+    for key, e in sorted(book.entries.items()):
+        lb = lower_bound(get_problem(e.problem), e.mode)
+        if e.bound is None or lb > e.bound:
+            bk.record_bound(key, lb, "relaxation", path)
+            raised += 1
+    print(f"{raised} bounds recorded, {len(book.entries) - raised} entries keep a higher one")
+    return 0

@@ -1,0 +1,200 @@
+"""Certified plans (docs/CERTIFY.md): the CP-SAT model's optimum equals brute force over every
+plan and order on tiny problems, its plan re-simulates to its value, its bound is never above
+an optimum, and the stage relaxation is never above any plan's T."""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from umpipe_bench.bound import lower_bound, stage_bound
+from umpipe_bench.certify.caps import capped_plan, order_loads
+from umpipe_bench.certify.relax import relaxed_bound
+from umpipe_bench.certify.solve import OPT_TOL, SolverMissing, certify, simulate_order
+from umpipe_bench.plan import Plan, bits_to_sizes
+from umpipe_bench.registry import get_planner
+from umpipe_bench.schedules import Op, gpipe
+from umpipe_bench.simnets import FAMILIES, family_problem
+from umpipe_bench.simulator import SimulationError, simulate
+
+pytest.importorskip("ortools")
+
+MODES = ("stash", "recompute")
+REL = 1e-12
+
+
+def _compositions(B: int) -> list[tuple[int, ...]]:
+    return [tuple(bits_to_sizes([(c >> i) & 1 for i in range(B - 1)])) for c in range(2 ** (B - 1))]
+
+
+def _orders(s: int, P: tuple[int, ...], Q: tuple[int, ...]):
+    """Every order of one stage's ops: forwards ascending, backwards ascending, each backward
+    after the forward of its last sample."""
+    F = [Op("F", s, j, sum(P[:j]), sum(P[:j + 1])) for j in range(len(P))]
+    Bk = [Op("B", s, j, sum(Q[:j]), sum(Q[:j + 1])) for j in range(len(Q))]
+
+    def rec(i: int, j: int, out: list[Op]):
+        if i == len(F) and j == len(Bk):
+            yield list(out)
+            return
+        if i < len(F):
+            yield from rec(i + 1, j, [*out, F[i]])
+        done = F[i - 1].stop if i else 0
+        if j < len(Bk) and Bk[j].stop <= done:
+            yield from rec(i, j + 1, [*out, Bk[j]])
+
+    return list(rec(0, 0, []))
+
+
+def brute_force(problem, mode: str, order: str) -> float:
+    """min T over every plan and (order "any") every per-stage order, by the simulator."""
+    S, B = problem.S, problem.B
+    comps = _compositions(B)
+    best = np.inf
+    for P in itertools.product(comps, repeat=S):
+        for Q in ([P] if mode == "stash" else itertools.product(comps, repeat=S)):
+            plan = Plan(tuple(P), tuple(Q), mode)
+            if order == "gpipe":
+                best = min(best, simulate(problem, plan, "gpipe").iteration_time)
+                continue
+            for ops in itertools.product(*[_orders(s, P[s], Q[s]) for s in range(S)]):
+                try:
+                    T = simulate(problem, plan, "orders", ops=list(ops)).iteration_time
+                except SimulationError:
+                    continue  # a deadlocking combination of orders
+                best = min(best, T)
+    return float(best)
+
+
+TINY = [("mix", 2, 3, 1.0, 0), ("launch", 2, 3, 1.0, 1), ("slowlink", 3, 2, 1.0, 2),
+        ("knee", 2, 2, 0.5, 3)]
+
+
+@pytest.mark.parametrize("case", TINY, ids=lambda c: f"{c[0]}-s{c[1]}-b{c[2]}")
+@pytest.mark.parametrize("mode", MODES)
+def test_any_order_optimum_is_brute_force(case, mode):
+    p = family_problem(*case)
+    want = brute_force(p, mode, "any")
+    c = certify(p, mode, order="any", time_limit=20)
+    assert c.optimal, c.status
+    assert c.bound <= want * (1 + REL)
+    assert abs(c.value - want) <= OPT_TOL * want
+    assert c.value == pytest.approx(want, rel=OPT_TOL)
+
+
+@pytest.mark.parametrize("case", TINY[:2], ids=lambda c: f"{c[0]}-s{c[1]}-b{c[2]}")
+@pytest.mark.parametrize("mode", MODES)
+def test_gpipe_order_optimum_is_exact(case, mode):
+    p = family_problem(*case)
+    want = get_planner("exact", schedule="gpipe").plan(p, mode=mode).iteration_time
+    c = certify(p, mode, order="gpipe", time_limit=20)
+    assert c.optimal
+    assert c.bound <= want * (1 + REL)
+    assert c.value == pytest.approx(want, rel=OPT_TOL)
+
+
+def test_returned_plan_resimulates_to_its_value():
+    p = family_problem("mix", 2, 4, 1.0, 5)
+    for mode in MODES:
+        c = certify(p, mode, order="any", time_limit=20)
+        ops = [[_op(p, c.plan, label) for label in row] for row in c.ops]
+        assert simulate_order(p, c.plan, ops) == c.value
+        assert c.bound <= c.value
+
+
+def _op(problem, plan: Plan, label: str) -> Op:
+    s, kind, j = int(label[0]), label[1], int(label[2:])
+    sizes = plan.fwd[s] if kind == "F" else plan.bwd[s]
+    return Op(kind, s, j, sum(sizes[:j]), sum(sizes[:j + 1]))
+
+
+def test_capped_plan_reproduces_the_solver_order_when_it_can():
+    p = family_problem("mix", 2, 4, 1.0, 5)
+    c = certify(p, "stash", order="any", time_limit=20)
+    caps = order_loads(c.plan, c.ops)
+    assert len(caps) == p.S and min(caps) >= 1
+    out = capped_plan(p, c.plan, c.ops, c.value)
+    if out is not None:
+        assert simulate(p, out).iteration_time <= c.value * (1 + 1e-12)
+    exact = get_planner("exact").plan(p, mode="stash").iteration_time
+    assert c.bound <= exact * (1 + REL)  # the capped family is one of the orders
+
+
+def test_a_time_limit_still_gives_a_proven_bound():
+    p = family_problem("mix", 3, 8, 1.0, 0)
+    c = certify(p, "recompute", order="any", time_limit=0.2)
+    assert c.bound <= c.value
+    assert c.bound >= stage_bound(p, "recompute").value
+
+
+def test_missing_solver_is_one_line(monkeypatch, capsys):
+    real = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name.startswith("ortools"):
+            raise ImportError("no ortools")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(SolverMissing, match="umpipe-bench\\[certify\\]"):
+        certify(family_problem("mix", 2, 2, 1.0, 0), "stash")
+    from umpipe_bench.cli import main
+
+    assert main(["certify", "sim-s2-b8-s0", "--time-limit", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "certify" in err[0]
+
+
+def test_bad_order_and_time_limit_are_refused():
+    from umpipe_bench.errors import UserInputError
+
+    p = family_problem("mix", 2, 2, 1.0, 0)
+    with pytest.raises(UserInputError, match="order"):
+        certify(p, "stash", order="1f1b")
+    with pytest.raises(UserInputError, match="time limit"):
+        certify(p, "stash", time_limit=0)
+
+
+# ------------------------------------------------------------------ the stage relaxation
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), mode=st.sampled_from(MODES),
+       family=st.sampled_from(FAMILIES))
+def test_relaxation_never_above_the_any_order_optimum(seed, mode, family):
+    rng = np.random.default_rng(seed)
+    S, B = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    p = family_problem(family, S, B, 1.0, seed % 5)
+    lb = lower_bound(p, mode)
+    assert lb >= stage_bound(p, mode).value
+    assert lb <= brute_force(p, mode, "any") * (1 + REL)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), mode=st.sampled_from(MODES),
+       family=st.sampled_from(FAMILIES))
+def test_relaxation_never_above_random_plans_and_caps(seed, mode, family):
+    rng = np.random.default_rng(seed)
+    S, B = int(rng.integers(1, 6)), int(rng.integers(1, 14))
+    p = family_problem(family, S, B, 1.0, seed % 5)
+    fb = rng.integers(0, 2, (S, B - 1))
+    bb = fb if mode == "stash" else rng.integers(0, 2, (S, B - 1))
+    caps = tuple(int(k) for k in rng.integers(1, B + 1, S))
+    plan = Plan.from_bits(fb, bb, mode)
+    lb = lower_bound(p, mode)
+    assert lb <= simulate(p, plan.with_caps(caps), "capped").iteration_time * (1 + REL)
+    assert lb <= simulate(p, plan, "gpipe").iteration_time * (1 + REL)
+    ops = [row for row in gpipe(plan)]
+    assert lb <= simulate(p, plan, "orders", ops=ops).iteration_time * (1 + REL)
+
+
+def test_relaxation_is_skipped_past_its_work_limit():
+    from umpipe_bench.synthetic import synthetic_problem
+
+    p = synthetic_problem(2, 256, 0)
+    assert relaxed_bound(p, "stash", 0.0) is None
+    assert lower_bound(p, "stash") == stage_bound(p, "stash").value

@@ -1,0 +1,168 @@
+"""Compiled (numba) dynamic programs of the per-stage relaxation (docs/CERTIFY.md "The
+stage relaxation"); :mod:`.relax` calls them and holds the proof's statement.
+
+Tables are float64 ``[B+1]`` over sizes (index 0 unused); per-sample arrays are ``[B]``.
+Every minimum over compositions is taken separately for each quantity, which is what makes
+each one a lower bound on the same quantity of every schedule.
+
+Importing this module imports numba; :mod:`.relax` does so lazily.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["backward_release", "forward_release", "forward_tails", "stage_min_time", "tails"]
+
+INF = np.inf
+
+
+@njit(cache=True, nogil=True)
+def forward_release(fwd, act, rel):  # pragma: no cover - compiled
+    """From ``rel[t]`` (earliest arrival of sample ``t``'s activation at this stage): ``end[t]``,
+    the earliest end of the forward carrying ``t``, and ``out[t]``, the earliest arrival of
+    ``t``'s activation downstream (``act`` all zero for the last stage)."""
+    B = rel.shape[0]
+    phi = np.full(B + 1, INF)  # earliest end of a forward ending exactly at boundary b
+    phi[0] = 0.0
+    end = np.full(B, INF)
+    out = np.full(B, INF)
+    for b in range(1, B + 1):
+        for a in range(b):
+            e = max(phi[a], rel[b - 1]) + fwd[b - a]
+            if e < phi[b]:
+                phi[b] = e
+            o = e + act[b - a]
+            for t in range(a, b):
+                if e < end[t]:
+                    end[t] = e
+                if o < out[t]:
+                    out[t] = o
+    return end, out
+
+
+@njit(cache=True, nogil=True)
+def backward_release(back, grad, fend, rel):  # pragma: no cover - compiled
+    """The earliest arrival upstream of sample ``t``'s gradient from this stage, whose
+    forward carrying ``t`` ends at ``fend[t]`` or later and whose own gradient input for ``t``
+    arrives at ``rel[t]`` or later (all zero on the last stage)."""
+    B = rel.shape[0]
+    beta = np.full(B + 1, INF)  # earliest end of a backward ending exactly at boundary d
+    beta[0] = 0.0
+    out = np.full(B, INF)
+    for d in range(1, B + 1):
+        r = max(fend[d - 1], rel[d - 1])
+        for c in range(d):
+            e = max(beta[c], r) + back[d - c]
+            if e < beta[d]:
+                beta[d] = e
+            o = e + grad[d - c]
+            for t in range(c, d):
+                if o < out[t]:
+                    out[t] = o
+    return out
+
+
+@njit(cache=True, nogil=True)
+def tails(back, grad, lam, opt):  # pragma: no cover - compiled
+    """``out[t]``: the least time from the arrival of sample ``t``'s gradient at this stage to
+    the end of the iteration, when a gradient this stage sends for ``[c, d)`` arrives below
+    after ``grad[d - c]`` and leaves at least ``lam[c]`` there (``-inf``: stage 0)."""
+    B = lam.shape[0]
+    mu = np.full(B + 1, INF)  # from the start of a backward starting at boundary c
+    mu[B] = opt
+    out = np.full(B, INF)
+    for c in range(B - 1, -1, -1):
+        for d in range(c + 1, B + 1):
+            v = back[d - c] + max(mu[d], grad[d - c] + lam[c])
+            if v < mu[c]:
+                mu[c] = v
+    for c in range(B):
+        for d in range(c + 1, B + 1):
+            v = back[d - c] + max(mu[d], grad[d - c] + lam[c])
+            for t in range(c, d):
+                if v < out[t]:
+                    out[t] = v
+    return out
+
+
+@njit(cache=True, nogil=True)
+def forward_tails(fwd, act, own, down):  # pragma: no cover - compiled
+    """``ftail[a, b]``: the least time from the end of this stage's forward ``[a, b)`` to the
+    end of the iteration: the backward carrying any of its samples ``t`` still needs
+    ``own[t]`` (the stage's :func:`tails`), and the activation of ``b - 1`` reaches the next
+    stage after ``act[b - a]``, which still needs ``down[b - 1]`` (``-inf``: last stage).
+    ``kappa[t]``: the least time from the arrival of ``t``'s activation to the end."""
+    B = own.shape[0]
+    ftail = np.full((B + 1, B + 1), -INF)
+    kappa = np.full(B, INF)
+    for a in range(B):
+        top = -INF
+        for b in range(a + 1, B + 1):
+            top = max(top, own[b - 1])
+            ftail[a, b] = max(top, act[b - a] + down[b - 1])
+            v = fwd[b - a] + ftail[a, b]
+            for t in range(a, b):
+                if v < kappa[t]:
+                    kappa[t] = v
+    return ftail, kappa
+
+
+@njit(cache=True, nogil=True)
+def _feasible(target, fwd, back, relf, relb, grad, lam, opt, ftail, V):  # pragma: no cover
+    B = relf.shape[0]
+    V[:, :] = INF
+    V[0, 0] = 0.0
+    for n in range(B + 1):
+        for p in range(n):  # the forward [p, n) from any state (p, k)
+            r = relf[n - 1]
+            f = fwd[n - p]
+            late = target - ftail[p, n] - f  # latest start that meets the forward's tail
+            for k in range(p + 1):
+                v = V[p, k]
+                if v < INF:
+                    st = max(v, r)
+                    if st > late:
+                        continue
+                    e = st + f
+                    if e < V[n, k]:
+                        V[n, k] = e
+        for k in range(n):  # the backward [k, q) from (n, k), q <= n
+            v = V[n, k]
+            if v == INF:
+                continue
+            for q in range(k + 1, n + 1):
+                e = max(v, relb[q - 1]) + back[q - k]
+                if e + grad[q - k] + lam[k] > target:
+                    continue
+                if q == B and e + opt > target:
+                    continue
+                if e < V[n, q]:
+                    V[n, q] = e
+    return V[B, B] < INF
+
+
+@njit(cache=True, nogil=True)
+def stage_min_time(fwd, back, relf, relb, grad, lam, opt, ftail, lo, hi,
+                   iters):  # pragma: no cover
+    """The largest target ``T`` (within ``iters`` bisection steps of ``[lo, hi]``) at which one
+    stage cannot finish: forwards in sample order released at ``relf[b-1]`` for ``[a, b)``,
+    backwards in sample order after the forward of their last sample and ``relb[d-1]``, one
+    operation at a time, every backward ``[c, d)`` ending ``grad[d-c] + lam[c]`` before ``T``
+    and the last ``opt`` before it, every forward ``[a, b)`` ending ``ftail[a, b]`` before
+    ``T``. Returns ``lo`` if no target above it is found infeasible; ``hi`` is raised until
+    feasible."""
+    B = relf.shape[0]
+    V = np.empty((B + 1, B + 1))
+    while not _feasible(hi, fwd, back, relf, relb, grad, lam, opt, ftail, V):
+        hi = 2.0 * hi + 1e-12
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        if _feasible(mid, fwd, back, relf, relb, grad, lam, opt, ftail, V):
+            hi = mid
+        else:
+            lo = mid
+    return lo

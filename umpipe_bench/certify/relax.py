@@ -1,0 +1,87 @@
+"""The stage relaxation: a lower bound that sees pipeline fill and drain with unequal sizes
+(docs/CERTIFY.md "The stage relaxation").
+
+Every stage in turn is solved exactly as one machine, its neighbours relaxed to per-sample
+release and tail times computed by dynamic programs over compositions
+(:mod:`._relax_kernels`):
+
+* ``rho[s][t]``: earliest arrival at stage ``s`` of the activation carrying sample ``t``,
+  ``fend[s][t]``: earliest end of stage ``s``'s forward carrying ``t`` (stage by stage
+  downwards, each stage's forwards in sample order, one after the other);
+* ``sigma[s][t]``: earliest arrival at stage ``s`` of the gradient carrying ``t`` (upwards:
+  stage ``s+1``'s backwards in sample order, each after its forward and its own gradient);
+* ``lam[s][t]``: least time from the arrival of ``t``'s gradient at stage ``s`` to the end of
+  the iteration (stage 0 first: the stage's remaining backwards, each gradient's way down).
+
+For stage ``s`` a DP over states (samples forwarded, samples backwarded) finds the least
+``T`` at which some order of its operations (forwards and backwards each in sample order, any
+sizes, every backward after its own forward) meets those releases and tails; that ``T`` is at
+most every schedule's ``T``. In stash mode the backward sizes are not tied to the forward ones
+and a backward costs ``min(bwd, bwd * bwd_far)``: both only lower the bound.
+
+The DPs take ``O(S B^3)`` steps; :data:`MAX_WORK` keeps the bound to problems where that is
+a fraction of a second (larger ones get ``None``, and :func:`umpipe_bench.bound.lower_bound`
+keeps its closed form there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..problem import Problem
+
+__all__ = ["MAX_WORK", "relax_tables", "relaxed_bound"]
+
+#: Largest ``S * B^3`` the relaxation is computed for (B = 64 at S = 64).
+MAX_WORK = 64 * 64**3
+#: Bisection steps of each stage's DP.
+ITERS = 48
+
+
+def relaxed_bound(problem: Problem, mode: str, lo: float) -> float | None:
+    """The stage relaxation's bound (module docstring), at least ``lo`` (a proven bound);
+    None when ``S * B^3`` exceeds :data:`MAX_WORK`."""
+    S, B = problem.S, problem.B
+    if S * B**3 > MAX_WORK:
+        return None
+    tb = problem.tables()
+    back = np.minimum(tb.backward(mode), tb.backward_far(mode))
+    return relax_tables(tb.fwd, back, tb.act, tb.grad, tb.opt, lo)["bound"]
+
+
+def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.ndarray,
+                 opt: np.ndarray, lo: float) -> dict:
+    """The relaxation on cost tables (``[S, B+1]``; ``act``, ``grad``: ``[S-1, B+1]``):
+    ``rho``, ``fend``, ``sigma``, ``lam`` per stage (module docstring) and ``bound``."""
+    from . import _relax_kernels as k
+
+    fwd = np.ascontiguousarray(fwd, dtype=np.float64)
+    back = np.ascontiguousarray(back, dtype=np.float64)
+    S, B = fwd.shape[0], fwd.shape[1] - 1
+    zero = np.zeros(B + 1)
+    act = [np.ascontiguousarray(act[s], dtype=np.float64) for s in range(S - 1)] + [zero]
+    grad = [zero] + [np.ascontiguousarray(grad[s - 1], dtype=np.float64) for s in range(1, S)]
+    opt = [float(o) for o in opt]
+    rho = [np.zeros(B)]
+    fend = []
+    for s in range(S):
+        end, out = k.forward_release(fwd[s], act[s], rho[s])
+        fend.append(end)
+        rho.append(out)
+    sigma = [np.zeros(B) for _ in range(S)]
+    for s in range(S - 1, 0, -1):
+        sigma[s - 1] = k.backward_release(back[s], grad[s], fend[s], sigma[s])
+    lam = [np.full(B, -np.inf)]  # lam[s + 1]: tails of stage s (lam[0]: none below 0)
+    for s in range(S):
+        lam.append(k.tails(back[s], grad[s], lam[s], opt[s]))
+    ftail: list = [None] * S
+    kappa: list = [None] * S + [np.full(B, -np.inf)]  # below the last stage: nothing
+    for s in range(S - 1, -1, -1):
+        ftail[s], kappa[s] = k.forward_tails(fwd[s], act[s], lam[s + 1], kappa[s + 1])
+    best = float(lo)
+    for s in range(S):
+        v = k.stage_min_time(fwd[s], back[s], rho[s], sigma[s], grad[s], lam[s], opt[s],
+                             ftail[s], float(lo), max(2.0 * float(lo), 1e-12), ITERS)
+        best = max(best, float(v))
+    return {"rho": rho[:S], "fend": fend, "sigma": sigma, "lam": lam[1:], "kappa": kappa[:S],
+            "bound": best}

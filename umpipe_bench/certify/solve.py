@@ -1,0 +1,201 @@
+"""One certified solve: a time-limited CP-SAT run of :mod:`.model`, its plan re-simulated
+(docs/CERTIFY.md "Certificates").
+
+:func:`certify` returns a :class:`Certificate`: ``bound``, a proven lower bound on T of every
+plan of the memory mode under the model's orders (the solver's best bound on costs rounded
+down, times the unit, and never below :func:`umpipe_bench.bound.lower_bound`); ``value``, T of
+the best plan known at the end (a hint or the solver's solution) re-simulated by
+:func:`umpipe_bench.simulator.simulate` on the true costs; ``optimal`` when
+``value - bound <= OPT_TOL * value``. The solver runs in a thread: the run's clock
+(:mod:`umpipe_bench.planners.evaluation.clock`) caps its time limit, and SIGINT or SIGTERM stop
+it within a fraction of a second, keeping what it has proven so far.
+
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SolverMissing, UserInputError
+from ..plan import Plan
+from ..problem import Problem
+from ..schedules import Op, build_schedule, capped_order
+from ..simulator import simulate
+from .model import ORDERS, build, unit_for
+
+__all__ = ["OPT_TOL", "Certificate", "SolverMissing", "certify", "require_solver",
+           "simulate_order"]
+
+#: ``optimal`` means value and bound agree to this relative tolerance: what rounding the
+#: costs down to units of ``value / 2^26`` or less can lose along a critical path of at most
+#: ``4 S B + S`` costs, for every problem with ``4 S B + S <= 600``.
+OPT_TOL = 1e-5
+#: Integer units per reference time (:func:`.model.unit_for`).
+RESOLUTION = 1e8
+
+
+def require_solver() -> None:
+    """Raise :class:`SolverMissing` (one line) when OR-Tools' CP-SAT cannot be imported."""
+    try:
+        from ortools.sat.python import cp_model  # noqa: F401
+    except ImportError:
+        raise SolverMissing("the CP-SAT solver is not installed: pip install "
+                            "'umpipe-bench[certify]' (OR-Tools)") from None
+
+
+@dataclass
+class Certificate:
+    """What one solve proved (module docstring); times in seconds."""
+
+    problem: str
+    mode: str
+    order: str
+    value: float
+    bound: float
+    status: str
+    plan: Plan
+    #: per-stage op labels of ``plan``'s order (the solver's, or the hint's schedule)
+    ops: list[list[str]]
+    #: whether ``value`` is the solver's own solution (else the best hint)
+    from_solver: bool
+    wall: float
+    unit: float
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def optimal(self) -> bool:
+        return self.value - self.bound <= OPT_TOL * self.value
+
+    @property
+    def gap(self) -> float:
+        """``value / bound - 1``."""
+        return self.value / self.bound - 1.0 if self.bound > 0 else math.inf
+
+
+def simulate_order(problem: Problem, plan: Plan, ops: list[list[Op]]) -> float:
+    """T of ``plan`` run in the given per-stage orders (the reference simulator)."""
+    return float(simulate(problem, plan, schedule="orders", ops=ops).iteration_time)
+
+
+def _hint_order(plan: Plan, order: str) -> list[list[Op]]:
+    if order == "gpipe":
+        return build_schedule("gpipe", plan.with_caps(None))
+    return capped_order(plan, plan.effective_caps())
+
+
+def _extract(problem: Problem, mode: str, solver: Any, m: Any) -> tuple[Plan, list[list[Op]]]:
+    """The solver's plan and per-stage order (operations sorted by start)."""
+    S = problem.S
+    fwd, bwd, ops = [], [], []
+    for s in range(S):
+        P = sorted(r for r, lit in m.x[s].items() if solver.boolean_value(lit))
+        Q = sorted(r for r, lit in m.y[s].items() if solver.boolean_value(lit))
+        fwd.append(tuple(b - a for a, b in P))
+        bwd.append(tuple(d - c for c, d in Q))
+        row = [(solver.value(m.fs[s][r]), 0, j, Op("F", s, j, *r)) for j, r in enumerate(P)]
+        row += [(solver.value(m.bs[s][r]), 1, j, Op("B", s, j, *r)) for j, r in enumerate(Q)]
+        ops.append([o for *_, o in sorted(row, key=lambda t: t[:3])])
+    plan = Plan(tuple(fwd), tuple(bwd), mode)
+    return plan, ops
+
+
+def _run(solver: Any, cp: Any, clock: Any) -> int:
+    """``solver.solve(cp)`` in a thread; signals and the clock's deadline stop the search."""
+    out: dict[str, int] = {}
+    th = threading.Thread(target=lambda: out.setdefault("status", solver.solve(cp)), daemon=True)
+    th.start()
+    try:
+        while th.is_alive():
+            th.join(0.1)
+            if clock is not None and clock.expired():
+                solver.stop_search()
+    except BaseException:
+        solver.stop_search()
+        th.join()
+        raise
+    return out["status"]
+
+
+def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: float = 60.0,
+            workers: int = 1, hints: list[Plan] | None = None, clock: Any = None,
+            seed: int = 0, params: dict[str, Any] | None = None) -> Certificate:
+    """Solve ``problem`` in ``mode`` over ``order`` (:data:`.model.ORDERS`) for at most
+    ``time_limit`` seconds (less if ``clock`` ends sooner); ``hints``: plans whose values
+    bound the horizon and whose best one starts the search (default: the best GPipe EDP);
+    ``params``: further CP-SAT parameters (``linearization_level``, ...)."""
+    from ..bound import lower_bound
+
+    require_solver()
+    from ortools.sat.python import cp_model
+
+    if order not in ORDERS:
+        raise UserInputError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if not (time_limit > 0 and math.isfinite(time_limit)):
+        raise UserInputError(f"time limit must be a positive number of seconds, got "
+                             f"{time_limit!r}")
+    t_start = time.perf_counter()
+    S, B = problem.S, problem.B
+    cands = list(hints or []) + [Plan.edp(S, B, M, mode) for M in range(1, B + 1)]
+    best_plan, best_ops, best_T = None, None, math.inf
+    for p in cands:
+        if p.mode != mode:
+            continue
+        o = _hint_order(p, order)
+        T = simulate_order(problem, p, o)
+        if T < best_T:
+            best_plan, best_ops, best_T = p, o, T
+    assert best_plan is not None and best_ops is not None
+    unit = unit_for(best_T, RESOLUTION)
+    horizon = math.ceil(best_T / unit) + 1
+    m = build(problem, mode, unit, horizon, order)
+    for s in range(S):  # the best hint as the solver's first solution
+        pairs = [(m.x[s], best_plan.fwd[s])]
+        if mode != "stash":
+            pairs.append((m.y[s], best_plan.bwd[s]))
+        for lits, sizes in pairs:
+            chosen, a = set(), 0
+            for q in sizes:
+                chosen.add((a, a + q))
+                a += q
+            for r, lit in lits.items():
+                m.cp.add_hint(lit, r in chosen)
+    tl = simulate(problem, best_plan, schedule="orders", ops=best_ops)
+    for op in tl.ops:
+        if op.kind in "FB":
+            starts = m.fs if op.kind == "F" else m.bs
+            m.cp.add_hint(starts[op.stage][(op.start, op.stop)], int(op.t0 / unit))
+    solver = cp_model.CpSolver()
+    limit = float(time_limit)
+    if clock is not None and math.isfinite(clock.remaining()):
+        limit = min(limit, max(0.01, clock.remaining()))
+    solver.parameters.max_time_in_seconds = limit
+    solver.parameters.num_workers = int(workers)
+    solver.parameters.random_seed = int(seed)
+    for key, value in (params or {}).items():
+        setattr(solver.parameters, key, value)
+    status = _run(solver, m.cp, clock)
+    name = solver.status_name(status)
+    from_solver = False
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        plan, ops = _extract(problem, mode, solver, m)
+        T = simulate_order(problem, plan, ops)
+        if T < best_T:
+            best_plan, best_ops, best_T, from_solver = plan, ops, T, True
+    bound = lower_bound(problem, mode)
+    solver_bound = -math.inf
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        solver_bound = float(solver.best_objective_bound) * unit
+        bound = max(bound, solver_bound)
+    elif status == cp_model.INFEASIBLE:  # the hint is a solution on the rounded costs
+        raise RuntimeError(f"certify: the model of {problem.name!r} ({mode}) is infeasible "
+                           "below its hint's time (a bug)")
+    return Certificate(problem.name, mode, order, best_T, bound, name, best_plan,
+                       [[str(o) for o in row] for row in best_ops], from_solver,
+                       time.perf_counter() - t_start, unit,
+                       {"conflicts": solver.num_conflicts, "branches": solver.num_branches,
+                        "solver_bound": solver_bound})
