@@ -130,6 +130,22 @@ def test_convergence_curve_reads_logbooks_and_lists():
     assert convergence_curve(trials[:1]) is None
 
 
+def test_a_start_plan_over_the_memory_cap_loads(board, tmp_path):
+    """A planner whose starting plan does not fit a memory cap records T_start = inf
+    (infinitely slow, docs/SCHEDULES.md §4): the default matrix's 50 % cells do; it loads."""
+    import csv as _csv
+    import math
+
+    with open(board / "leaderboard.csv", newline="", encoding="utf-8") as fh:
+        rows = list(_csv.reader(fh))
+    rows[3][rows[0].index("T_start")] = "inf"
+    path = tmp_path / "capped.csv"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        _csv.writer(fh).writerows(rows)
+    df = load_leaderboard(path)
+    assert math.isinf(df["T_start"].iloc[2])
+
+
 def test_load_leaderboard_missing_file(tmp_path):
     with pytest.raises(UmpipeError, match="umpipe-bench bench"):
         load_leaderboard(tmp_path / "x.csv")
@@ -140,6 +156,7 @@ def test_load_leaderboard_missing_file(tmp_path):
     ("M_gpipe_edp", "2.5", "a whole number"),
     ("T_pred", "abc", "a finite number"),
     ("T_pred", "inf", "a finite number"),
+    ("T_start", "-inf", "a finite number or inf"),
     ("mode", "abc", "one of stash, recompute"),
 ])
 def test_load_leaderboard_refuses_odd_cells(board, tmp_path, column, value, expected):

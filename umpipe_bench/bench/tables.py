@@ -121,13 +121,17 @@ NUMERIC_COLUMNS = ("S", "B", "seed", "T_pred", "T_start", "evaluations", "wall_t
                    "T_best_edp", "T_best_torch", "M_best_torch", "speedup_vs_gpipe",
                    "speedup_vs_1f1b", "speedup_vs_best_edp", "speedup_vs_best_torch",
                    "T_measured", "model_error")
+#: Of those, the ones that may be +inf: a planner's starting plan that does not fit the memory
+#: cap counts as infinitely slow (docs/SCHEDULES.md §4).
+INF_COLUMNS = ("T_start",)
 #: Of those, the ones that count things (whole numbers).
 WHOLE_COLUMNS = ("S", "B", "seed", "evaluations", "M_gpipe_edp", "M_1f1b_edp", "M_best_torch")
 
 
 def _check_values(df: pd.DataFrame, path: Path) -> None:
-    """Every numeric cell is empty or a finite number (whole where it counts), every mode a
-    memory mode; otherwise a :class:`LeaderboardError` naming the file, line and column."""
+    """Every numeric cell is empty or a finite number (whole where it counts; +inf allowed in
+    :data:`INF_COLUMNS`), every mode a memory mode; otherwise a :class:`LeaderboardError`
+    naming the file, line and column."""
     import numpy as np
 
     from ..plan import MODES
@@ -141,13 +145,16 @@ def _check_values(df: pd.DataFrame, path: Path) -> None:
             continue
         raw = df[col]
         num = pd.to_numeric(raw, errors="coerce")
-        bad = (raw.notna() & num.isna()) | ~np.isfinite(num.fillna(0.0))
+        finite = np.isfinite(num.fillna(0.0))
+        if col in INF_COLUMNS:
+            finite |= num == np.inf
+        bad = (raw.notna() & num.isna()) | ~finite
         if col in WHOLE_COLUMNS:
             bad |= num.notna() & (num.fillna(0.0) % 1 != 0)
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             fail(col, i, raw.iloc[i], "a whole number" if col in WHOLE_COLUMNS
-                 else "a finite number")
+                 else "a finite number or inf" if col in INF_COLUMNS else "a finite number")
         df[col] = num
     if "mode" in df:
         bad = ~df["mode"].isin(MODES)
