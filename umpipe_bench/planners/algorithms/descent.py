@@ -91,6 +91,44 @@ class Descent:
     sweeps: int
 
 
+class Walk:
+    """A descent's current genome ``(f, b, k)``, its T and its evaluations: candidates are
+    copies of the genome with one move each, and a batch moves the walk to its fastest row
+    when that beats the current T (the stage descent and :mod:`.pair_descent`)."""
+
+    def __init__(self, evaluate: Callable[[Genomes], np.ndarray], f: np.ndarray,
+                 b: np.ndarray, k: np.ndarray | None, best: float, recompute: bool,
+                 room: float, deadline: Callable[[], bool] | None = None) -> None:
+        self.evaluate, self.recompute, self.room, self.deadline = evaluate, recompute, room, \
+            deadline
+        self.f, self.b, self.k, self.best, self.used = f, b, k, best, 0
+
+    def copies(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``n`` copies of the current genome (stash: the backward is the forward)."""
+        F = np.repeat(self.f[None], n, axis=0)
+        Bb = np.repeat(self.b[None], n, axis=0) if self.recompute else F
+        return F, Bb, None if self.k is None else np.repeat(self.k[None], n, axis=0)
+
+    def trial(self, F: np.ndarray, Bb: np.ndarray, K: np.ndarray | None) -> bool | None:
+        """Evaluate the candidates and move to the fastest if it beats the current T (True);
+        None: the batch would pass the allowance or the deadline has passed (not run)."""
+        n = len(F)
+        if self.used + n > self.room:
+            return None
+        if self.deadline is not None and self.used and self.deadline():
+            return None
+        t = np.asarray(self.evaluate(Genomes(F, Bb, K)), dtype=np.float64)
+        self.used += n
+        i = int(np.argmin(t))
+        if t[i] < self.best:
+            self.best = float(t[i])
+            self.f = F[i].copy()
+            self.b = Bb[i].copy() if self.recompute else self.f
+            self.k = None if K is None else K[i].copy()
+            return True
+        return False
+
+
 def stage_descent(
     evaluate: Callable[[Genomes], np.ndarray],
     fbits: np.ndarray,
@@ -123,56 +161,36 @@ def stage_descent(
     counts = descent_counts(B)
     rows = np.stack([edp_row(B, c) for c in counts]) if L else np.zeros((len(counts), 0),
                                                                           np.uint8)
-    best, used, sweeps = float(time), 0, 0
+    best, sweeps = float(time), 0
     room = np.inf if max_evaluations is None else max_evaluations
 
-    def copies(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """``n`` copies of the current genome (stash: the backward is the forward)."""
-        F = np.repeat(f[None], n, axis=0)
-        Bb = np.repeat(b[None], n, axis=0) if recompute else F
-        return F, Bb, None if k is None else np.repeat(k[None], n, axis=0)
-
-    def trial(F: np.ndarray, Bb: np.ndarray, K: np.ndarray | None) -> bool:
-        """Evaluate the candidates and move to the best if faster; False: over the allowance."""
-        nonlocal best, f, b, k, used
-        n = len(F)
-        if used + n > room:
-            return False
-        if max_seconds is not None and used and perf_counter() - t0 >= max_seconds:
-            return False
-        t = np.asarray(evaluate(Genomes(F, Bb, K)), dtype=np.float64)
-        used += n
-        i = int(np.argmin(t))
-        if t[i] < best:
-            best = float(t[i])
-            f = F[i].copy()
-            b = Bb[i].copy() if recompute else f
-            k = None if K is None else K[i].copy()
-        return True
+    deadline = None if max_seconds is None else (
+        lambda: perf_counter() - t0 >= max_seconds)  # type: ignore[operator]
+    w = Walk(evaluate, f, b, k, best, recompute, room, deadline)
 
     for _ in range(MAX_SWEEPS):
-        start = best
+        start = w.best
         for s in range(S):
             for part in ("f", "b") if recompute else ("f",):
-                F, Bb, K = copies(len(counts))
+                F, Bb, K = w.copies(len(counts))
                 (F if part == "f" else Bb)[:, s] = rows
-                if not trial(F, Bb, K):
-                    return Descent(f, b, k, best, used, sweeps)
-            if k is not None:
-                cand = np.rint(k[s] * np.array(CAP_FACTORS)).astype(np.int64)
+                if w.trial(F, Bb, K) is None:
+                    return Descent(w.f, w.b, w.k, w.best, w.used, sweeps)
+            if w.k is not None:
+                cand = np.rint(w.k[s] * np.array(CAP_FACTORS)).astype(np.int64)
                 cand = np.unique(np.clip(np.append(cand, B), 1, B))
                 if cap_limits is not None:
                     cand = np.unique(np.minimum(cand, cap_limits[s]))
-                cand = cand[cand != k[s]]
+                cand = cand[cand != w.k[s]]
                 if len(cand):
-                    F, Bb, K = copies(len(cand))
+                    F, Bb, K = w.copies(len(cand))
                     K[:, s] = cand  # type: ignore[index]
-                    if not trial(F, Bb, K):
-                        return Descent(f, b, k, best, used, sweeps)
+                    if w.trial(F, Bb, K) is None:
+                        return Descent(w.f, w.b, w.k, w.best, w.used, sweeps)
         sweeps += 1
-        if not best < start * (1.0 - MIN_GAIN):
+        if not w.best < start * (1.0 - MIN_GAIN):
             break
-    return Descent(f, b, k, best, used, sweeps)
+    return Descent(w.f, w.b, w.k, w.best, w.used, sweeps)
 
 
 def descent_allowance(problem: Problem, mode: str, settings: dict[str, Any],

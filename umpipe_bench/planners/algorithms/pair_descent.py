@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..evaluation.objective import Genomes
+from .descent import Walk
 
 __all__ = ["CAP_STEPS", "MIN_GAIN", "REACH", "PairResult", "pair_descent", "pair_sweep_cost"]
 
@@ -78,7 +79,7 @@ def pair_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, tim
     k = None if genome.caps is None else np.array(genome.caps[0], dtype=np.int64)
     S, L = f.shape
     B = L + 1
-    best, used, sweeps = float(time), 0, 0
+    best, sweeps = float(time), 0
     if L == 0:
         return PairResult(genome, best, 0, 0)
     pi, pj = _pairs(L, reach)
@@ -90,73 +91,53 @@ def pair_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, tim
     ni = np.array([a for a, _ in near])
     nj = np.array([c for _, c in near])
 
-    def trial(F: np.ndarray, Bb: np.ndarray, K: np.ndarray | None) -> bool | None:
-        """Evaluate; move to the best if faster. None: over the allowance."""
-        nonlocal best, f, b, k, used
-        n = len(F)
-        if used + n > max_evaluations:
-            return None
-        t = np.asarray(evaluate(Genomes(F, Bb if recompute else F, K)), dtype=np.float64)
-        used += n
-        i = int(np.argmin(t))
-        if t[i] < best:
-            best = float(t[i])
-            f = F[i].copy()
-            b = Bb[i].copy() if recompute else f
-            k = None if K is None else K[i].copy()
-            return True
-        return False
-
-    def copies(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        F = np.repeat(f[None], n, axis=0)
-        Bb = np.repeat(b[None], n, axis=0) if recompute else F
-        return F, Bb, None if k is None else np.repeat(k[None], n, axis=0)
+    w = Walk(evaluate, f, b, k, best, recompute, max_evaluations)
 
     while True:
-        start = best
+        start = w.best
         for s in range(S):
             for part in ("f", "b") if recompute else ("f",):
-                F, Bb, K = copies(len(flips))
+                F, Bb, K = w.copies(len(flips))
                 X = F if part == "f" else Bb
                 X[:, s] ^= flips
-                if trial(F, Bb, K) is None:
-                    return _done(f, b, k, recompute, best, used, sweeps)
+                if w.trial(F, Bb, K) is None:
+                    return _done(w, sweeps)
                 if s + 1 < S:
-                    F, Bb, K = copies(len(flips))
+                    F, Bb, K = w.copies(len(flips))
                     X = F if part == "f" else Bb
                     X[:, s] ^= flips
                     X[:, s + 1] ^= flips
-                    if trial(F, Bb, K) is None:
-                        return _done(f, b, k, recompute, best, used, sweeps)
+                    if w.trial(F, Bb, K) is None:
+                        return _done(w, sweeps)
                     n = len(ni)
-                    F, Bb, K = copies(n + 2)
+                    F, Bb, K = w.copies(n + 2)
                     X = F if part == "f" else Bb
                     X[np.arange(n), s, ni] ^= 1
                     X[np.arange(n), s + 1, nj] ^= 1
                     X[n, s + 1] = X[n, s]
                     X[n + 1, s] = X[n + 1, s + 1]
-                    if trial(F, Bb, K) is None:
-                        return _done(f, b, k, recompute, best, used, sweeps)
-            if k is not None:
-                cand = k[s] + np.array(CAP_STEPS, dtype=np.int64)
+                    if w.trial(F, Bb, K) is None:
+                        return _done(w, sweeps)
+            if w.k is not None:
+                cand = w.k[s] + np.array(CAP_STEPS, dtype=np.int64)
                 if s + 1 < S:
-                    cand = np.append(cand, k[s + 1])
+                    cand = np.append(cand, w.k[s + 1])
                 cand = np.clip(cand, 1, B)
                 if cap_limits is not None:
                     cand = np.minimum(cand, cap_limits[s])
-                cand = np.unique(cand[cand != k[s]])
+                cand = np.unique(cand[cand != w.k[s]])
                 if len(cand):
-                    F, Bb, K = copies(len(cand))
+                    F, Bb, K = w.copies(len(cand))
                     K[:, s] = cand  # type: ignore[index]
-                    if trial(F, Bb, K) is None:
-                        return _done(f, b, k, recompute, best, used, sweeps)
+                    if w.trial(F, Bb, K) is None:
+                        return _done(w, sweeps)
         sweeps += 1
-        if not best < start * (1.0 - MIN_GAIN):
-            return _done(f, b, k, recompute, best, used, sweeps)
+        if not w.best < start * (1.0 - MIN_GAIN):
+            return _done(w, sweeps)
 
 
-def _done(f: np.ndarray, b: np.ndarray, k: np.ndarray | None, recompute: bool, best: float,
-          used: int, sweeps: int) -> PairResult:
-    F = f[None].copy()
-    g = Genomes(F, b[None].copy() if recompute else F, None if k is None else k[None].copy())
-    return PairResult(g, best, used, sweeps)
+def _done(w: Walk, sweeps: int) -> PairResult:
+    F = w.f[None].copy()
+    g = Genomes(F, w.b[None].copy() if w.recompute else F,
+                None if w.k is None else w.k[None].copy())
+    return PairResult(g, w.best, w.used, sweeps)
