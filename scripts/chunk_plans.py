@@ -15,6 +15,11 @@ are this machine's.
     python scripts/chunk_plans.py --seeds 0 --budget evals:5000 --out /tmp/cp   # a smoke test
     python scripts/chunk_plans.py --grid "gpt1-14:2,4,7 vgg16:2,4,8" --seeds 0,1,2,3,4 \
         --out results/published/chunk-plans-devices        # several device counts
+    python scripts/chunk_plans.py --grid "gpt1-14:2,4,7 vgg16:2,4,8" --seeds 0,1,2,3,4 \
+        --memory-cap 50% --no-wall --out results/published/chunk-plans-devices-cap50
+
+``--memory-cap`` is ``plan``'s: a size, or a share of torch's GPipe schedule on ``D`` devices
+(``umpipe_bench.bench.memcap.device_memory_cap``); the plan and every torch schedule fit it.
 """
 
 from __future__ import annotations
@@ -32,13 +37,16 @@ from pathlib import Path
 COLUMNS = ["problem", "D", "mode", "seed", "budget", "T", "layout", "v", "partition", "split",
            "best_torch", "T_best_torch", "speedup_vs_best_torch", "best_reproduced",
            "T_best_reproduced", "speedup_vs_best_reproduced", "evaluations", "spaces",
-           "wall_s", "process_s"]
+           "wall_s", "process_s", "memory_cap", "cap_bytes", "peak_bytes"]
 
 
-def run_one(problem: str, D: int, mode: str, budget: str, seed: int) -> dict:
+def run_one(problem: str, D: int, mode: str, budget: str, seed: int,
+            memory_cap: str = "none") -> dict:
     argv = [sys.executable, "-m", "umpipe_bench", "plan", "--problem", problem, "--devices",
             str(D), "--mode", mode, "--budget", budget, "--seed", str(seed), "--json",
             "--no-progress"]
+    if memory_cap != "none":
+        argv += ["--memory-cap", memory_cap]
     t0 = time.perf_counter()
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
     process_s = time.perf_counter() - t0
@@ -53,7 +61,9 @@ def run_one(problem: str, D: int, mode: str, budget: str, seed: int) -> dict:
         "T_best_reproduced": r["T_best_reproduced"],
         "speedup_vs_best_reproduced": r["speedup_vs_best_reproduced"],
         "evaluations": r["evaluations"], "spaces": r["spaces"], "wall_s": r["wall_time"],
-        "process_s": process_s,
+        "process_s": process_s, "memory_cap": memory_cap,
+        "cap_bytes": r["memory_cap"] if memory_cap != "none" else None,
+        "peak_bytes": None if r["peak_memory"] is None else max(r["peak_memory"]),
     }
 
 
@@ -70,8 +80,23 @@ def read_rows(path: str) -> list[dict]:
         for k in floats:
             row[k] = float(row[k])
         row["split"] = row["split"] == "True"
+        row["memory_cap"] = row.get("memory_cap") or "none"  # files without the column
+        for k in ("cap_bytes", "peak_bytes"):
+            row[k] = float(row[k]) if row.get(k) else None
         out.append(row)
     return out
+
+
+def cap_sentence(rows: list[dict]) -> str:
+    """What the page says of the memory cap of its rows."""
+    caps = sorted({r["memory_cap"] for r in rows})
+    if caps == ["none"]:
+        return "No memory cap."
+    return ("Memory cap " + ", ".join(f"`{c}`" for c in caps) + " (`plan --memory-cap`): one "
+            "capacity for every device; a share is the most any device needs for its static "
+            "bytes plus that share of the activations torch's GPipe schedule keeps there at its "
+            "best M and layer partition in stash mode (so that GPipe choice does not fit). The "
+            "plan and every torch schedule fit it; the summary gives it per problem and D.")
 
 
 def markdown(rows: list[dict], cmd: str, wall: bool = True) -> str:
@@ -89,8 +114,8 @@ def markdown(rows: list[dict], cmd: str, wall: bool = True) -> str:
         "the fastest of gpipe, 1f1b, interleaved-1f1b and zb1p, whose equal plans the search "
         "is seeded with. Speedup: `T_torch / T - 1` (negative: torch's schedule is faster). "
         + ("Wall: the planner's seconds on this machine (the torch baselines' exact search "
-         "included), one process at a time. No memory cap." if wall else
-         "No memory cap. Wall times are not given: these runs shared the machine."),
+         "included), one process at a time. " + cap_sentence(rows) if wall else
+         cap_sentence(rows) + " Wall times are not given: these runs shared the machine."),
         "",
         "| problem | D | mode | seed | T (s) | layout | partition | split | best torch | "
         "T torch (s) | vs best torch | best reproduced | vs reproduced | evals |"
@@ -105,15 +130,24 @@ def markdown(rows: list[dict], cmd: str, wall: bool = True) -> str:
             f"{r['T_best_torch']:.4f} | {100 * r['speedup_vs_best_torch']:+.2f} % | "
             f"{r['best_reproduced']} | {100 * r['speedup_vs_best_reproduced']:+.2f} % | "
             f"{r['evaluations']} |" + (f" {r['wall_s']:.1f} |" if wall else ""))
+    capped = any(r["memory_cap"] != "none" for r in rows)
     lines += ["", "Per problem, D and mode, over seeds:", "",
-              "| problem | D | mode | seeds | vs best torch: min | median | max |"
+              "| problem | D | mode |" + (" cap | cap (MiB) |" if capped else "")
+              + " seeds | best torch | vs best torch: min | median | max |"
               + (" wall (s): median |" if wall else ""),
-              "|---|---|---|---|---|---|---|" + ("---|" if wall else "")]
-    keys = sorted({(r["problem"], r["D"], r["mode"]) for r in rows})
-    for p, d, m in keys:
-        rs = [r for r in rows if (r["problem"], r["D"], r["mode"]) == (p, d, m)]
+              "|---|---|---|" + ("---|---|" if capped else "") + "---|---|---|---|---|"
+              + ("---|" if wall else "")]
+    keys = sorted({(r["problem"], r["D"], r["mode"], r["memory_cap"]) for r in rows})
+    for p, d, m, c in keys:
+        rs = [r for r in rows if (r["problem"], r["D"], r["mode"], r["memory_cap"]) ==
+              (p, d, m, c)]
         g = [r["speedup_vs_best_torch"] for r in rs]
-        lines.append(f"| {p} | {d} | {m} | {len(rs)} | {100 * min(g):+.2f} % | "
+        torch = "/".join(sorted({r["best_torch"] for r in rs}))
+        cap = ""
+        if capped:
+            mib = rs[0]["cap_bytes"]
+            cap = f" {c} | {'-' if mib is None else f'{mib / 2 ** 20:.1f}'} |"
+        lines.append(f"| {p} | {d} | {m} |{cap} {len(rs)} | {torch} | {100 * min(g):+.2f} % | "
                      f"{100 * statistics.median(g):+.2f} % | {100 * max(g):+.2f} % |"
                      + (f" {statistics.median(r['wall_s'] for r in rs):.1f} |" if wall else ""))
     return "\n".join(lines) + "\n"
@@ -126,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="stash,recompute")
     ap.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
     ap.add_argument("--budget", default="evals:200000")
+    ap.add_argument("--memory-cap", default="none",
+                    help="plan's --memory-cap for every run (a size, or a share such as 50%%)")
     ap.add_argument("--grid", default=None,
                     help="problems with their device counts, e.g. 'gpt1-14:2,4,7 vgg16:2,4,8' "
                     "(instead of --problems and --devices)")
@@ -151,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     for problem, D in cells:
         for mode in a.modes.split(","):
             for seed in (int(s) for s in a.seeds.split(",")):
-                r = run_one(problem, D, mode, a.budget, seed)
+                r = run_one(problem, D, mode, a.budget, seed, a.memory_cap)
                 print(f"{problem} D={D} {mode} seed {seed}: T {r['T']:.4f} vs "
                       f"{r['best_torch']} {r['T_best_torch']:.4f} "
                       f"({100 * r['speedup_vs_best_torch']:+.2f} %), {r['wall_s']:.1f} s",

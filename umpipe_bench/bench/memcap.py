@@ -9,6 +9,12 @@ A matrix lists ``memory_caps``; each cell runs its problem under one of them:
   needs". A share of the whole peak would be meaningless on problems whose static bytes
   dominate (the CPU profiles: their largest stage's parameters alone exceed half its peak);
 * a size (``"24GiB"``, ``"512MiB"``, ``"2e9"``): that many bytes on every stage.
+
+On ``D`` devices (chunk plans and torch's schedules, :func:`device_memory_cap`) a share is one
+capacity for every device: the largest, over the devices, of the device's static bytes plus that
+share of the activation bytes torch's GPipe schedule keeps there at its best ``M`` and layer
+partition (one chunk per device, stash mode, uncapped). That GPipe choice does not fit under a
+share below 100 % (its fullest device needs all its activations).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from ..memory import parse_size
 from ..plan import PlanError
 from ..problem import Problem
 
-__all__ = ["NO_CAP", "apply_memory_cap", "check_memory_cap", "gpipe_stash_peaks"]
+__all__ = ["NO_CAP", "apply_memory_cap", "check_memory_cap", "device_memory_cap",
+           "gpipe_device_peaks", "gpipe_stash_peaks"]
 
 NO_CAP = "none"
 _PCT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
@@ -68,3 +75,36 @@ def apply_memory_cap(problem: Problem, spec: str) -> tuple[Problem, list[float] 
     else:
         caps = [parse_size(spec, "memory cap")] * problem.S
     return problem.with_memory_cap(caps), caps
+
+
+def gpipe_device_peaks(problem: Problem, D: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(static, peak)`` bytes per device of torch's GPipe schedule at its best ``M`` and
+    layer partition on ``D`` devices (stash mode, uncapped; :mod:`..torch_schedules.best`)."""
+    from ..torch_schedules.best import schedule_table
+
+    if any(st.memory is None for st in problem.stages):
+        problem.with_memory_cap(1.0)  # raises the message naming the stage
+    choice = schedule_table(problem, D, "stash", names=["gpipe"])[0].choice
+    if choice is None or choice.peak_memory is None:
+        raise ValueError(f"memory cap: torch's GPipe schedule has no plan for {problem.name} "
+                         f"on {D} devices, so a share of its memory is undefined")
+    params = [st.memory.param_bytes for st in problem.stages]  # type: ignore[union-attr]
+    edges = np.cumsum((0, *choice.counts))
+    static = np.array([sum(params[edges[d]:edges[d + 1]]) for d in range(D)], dtype=float)
+    return static, np.array(choice.peak_memory, dtype=float)
+
+
+def device_memory_cap(problem: Problem, D: int, spec: str | None) -> float | None:
+    """One capacity in bytes for every one of ``D`` devices (module docstring): None for no
+    cap (``None`` or ``"none"``), a share of torch's GPipe schedule (``"50%"``), or a size.
+    ValueError on a bad entry."""
+    if spec is None:
+        return None
+    spec = check_memory_cap(spec)
+    if spec == NO_CAP:
+        return None
+    m = _PCT.match(spec)
+    if not m:
+        return parse_size(spec, "memory cap")
+    static, peak = gpipe_device_peaks(problem, D)
+    return float(np.max(static + float(m.group(1)) / 100.0 * (peak - static)))

@@ -30,6 +30,29 @@ REFERENCE_SHARE = 0.25
 FINISH_RESERVE = 0.5
 
 
+def problem_under_cap(problem: Any, text: str) -> Any:
+    """``problem`` under ``--memory-cap TEXT`` (a size or a share, :mod:`..bench.memcap`);
+    a bad entry is one line naming the option."""
+    from ..bench.memcap import apply_memory_cap
+
+    try:
+        return apply_memory_cap(problem, text)[0]
+    except ValueError as exc:
+        raise UserInputError(f"--memory-cap: {exc}") from None
+
+
+def device_cap(problem: Any, D: int, text: str | None) -> float | None:
+    """One capacity in bytes for every one of ``D`` devices from ``--memory-cap TEXT`` (a
+    size or a share of torch's GPipe schedule, :func:`..bench.memcap.device_memory_cap`);
+    a bad entry is one line naming the option."""
+    from ..bench.memcap import device_memory_cap
+
+    try:
+        return device_memory_cap(problem, D, text)
+    except ValueError as exc:
+        raise UserInputError(f"--memory-cap: {exc}") from None
+
+
 def _parse_sets(items: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items or []:
@@ -75,9 +98,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="settings", action="append", metavar="KEY=VALUE",
                    help="a planner setting (repeatable)")
     p.add_argument("--memory-cap", metavar="SIZE",
-                   help="device memory per stage: bytes or a size such as 24GiB, 512MiB, 2GB; "
-                   "plans (and EDP baselines) whose peak exceeds it on any stage are refused "
-                   "(docs/SCHEDULES.md §4); default: the problem file's capacities, if any")
+                   help="device memory per stage: bytes or a size such as 24GiB, 512MiB, 2GB, "
+                   "or a share such as 50%% (per stage: its static bytes plus that share of the "
+                   "activations of the best GPipe-EDP plan in stash mode; with --devices: one "
+                   "capacity, the most any device needs for its static bytes plus that share of "
+                   "the activations torch's GPipe schedule keeps there); plans (and baselines) "
+                   "whose peak exceeds it anywhere are refused (docs/SCHEDULES.md §4); default: "
+                   "the problem file's capacities, if any")
     p.add_argument("--out", type=path_arg, metavar="FILE",
                    help="write the plan JSON (for simulate/execute)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -89,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from ..bound import lower_bound
-    from ..memory import check_fits, format_bytes, parse_size
+    from ..memory import check_fits, format_bytes
     from ..planners.evaluation.clock import running
     from ..planners.evaluation.reference import edp_reference
     from ..planners.search.base import Budget
@@ -108,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         args.planner = "tidgap"
     problem = get_problem(args.problem)
     if args.memory_cap is not None:
-        problem = problem.with_memory_cap(parse_size(args.memory_cap))
+        problem = problem_under_cap(problem, args.memory_cap)
     settings = _parse_sets(args.settings)
     planner = planner_class(args.planner)(**settings)
     budget = Budget.parse(args.budget or planner.budget_for(problem))
@@ -251,7 +278,6 @@ def _print_report(args: argparse.Namespace, problem: Any, res: Any, out: dict[st
 
 def run_devices(args: argparse.Namespace) -> int:
     """``plan --devices D``: the chunk-plan planner (docs/CHUNK-SCHEDULES.md §9)."""
-    from ..memory import parse_size
     from ..planners.algorithms.chunk_search import ChunkSearch
     from ._lookup import problem as get_problem
     from ._paths import writing
@@ -265,7 +291,7 @@ def run_devices(args: argparse.Namespace) -> int:
     if not 1 <= D <= problem.S:
         raise UserInputError(f"--devices must be in 1..{problem.S} (the problem's layers), got "
                              f"{D}")
-    cap = parse_size(args.memory_cap) if args.memory_cap is not None else None
+    cap = device_cap(problem, D, args.memory_cap)
     planner = ChunkSearch(**_parse_sets(args.settings))
     budget = args.budget or planner.default_budget
     try:

@@ -32,8 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="memory mode: stash (activations kept) or recompute (activation "
                    "checkpointing)")
     p.add_argument("--memory-cap", metavar="SIZE",
-                   help="device memory (bytes, or 512MiB, 24GiB, 2GB...): only choices whose "
-                   "every device peak fits; default: no cap")
+                   help="device memory (bytes, or 512MiB, 24GiB, 2GB..., or a share such as "
+                   "50%%: the most any device needs for its static bytes plus that share of the "
+                   "activations torch's GPipe schedule keeps there at its best M and partition, "
+                   "stash mode): only choices whose every device peak fits; default: no cap")
     p.add_argument("--schedules", metavar="NAMES",
                    help="comma-separated subset of schedules (our names or torch class names); "
                    "default: all seven")
@@ -50,9 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import UmpipeError
-    from ..memory import format_bytes, parse_size
+    from ..memory import format_bytes
     from ..torch_schedules.best import best_row, schedule_table
     from ._lookup import problem as get_problem
+    from .plan import device_cap
 
     problem = get_problem(args.problem)
     if args.devices < 1 or args.devices > problem.S:
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise UmpipeError(f"--chunks must be a positive integer, got {args.chunks}")
     if not 0 <= args.op_overhead < float("inf"):
         raise UmpipeError(f"--op-overhead must be seconds >= 0, got {args.op_overhead}")
-    cap = parse_size(args.memory_cap) if args.memory_cap is not None else None
+    cap = device_cap(problem, args.devices, args.memory_cap)
     names = [n.strip() for n in args.schedules.split(",") if n.strip()] \
         if args.schedules else None
     rows = []
