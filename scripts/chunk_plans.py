@@ -87,6 +87,15 @@ def read_rows(path: str) -> list[dict]:
     return out
 
 
+def write_csv(path: Path, rows: list[dict]) -> None:
+    """The rows as :data:`COLUMNS` (missing cells empty), written whole."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows([{k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS} for r in rows])
+    path.write_text(buf.getvalue(), encoding="utf-8")
+
+
 def cap_sentence(rows: list[dict]) -> str:
     """What the page says of the memory cap of its rows."""
     caps = sorted({r["memory_cap"] for r in rows})
@@ -167,16 +176,25 @@ def main(argv: list[str] | None = None) -> int:
                     "(instead of --problems and --devices)")
     ap.add_argument("--out", default="results/published/chunk-plans")
     ap.add_argument("--from-csv", action="store_true",
-                    help="no runs: rewrite OUT.md from the rows of OUT.csv")
+                    help="no runs: rewrite OUT.md from the rows of OUT.csv (or of --rows)")
+    ap.add_argument("--rows", nargs="+", default=None, metavar="CSV",
+                    help="with --from-csv: the rows of these files, in order, written to "
+                    "OUT.csv first")
     ap.add_argument("--no-wall", action="store_true",
                     help="leave the wall times out of OUT.md (runs that shared the machine)")
     a = ap.parse_args(argv)
+    if a.rows and not a.from_csv:
+        ap.error("--rows goes with --from-csv")
     if a.from_csv:
         out = Path(a.out)
         cmd = "python scripts/chunk_plans.py " + " ".join(sys.argv[1:])
-        out.with_suffix(".md").write_text(
-            markdown(read_rows(str(out.with_suffix(".csv"))), cmd, wall=not a.no_wall),
-            encoding="utf-8")
+        if a.rows:
+            rows = [r for f in a.rows for r in read_rows(f)]
+            write_csv(out.with_suffix(".csv"), rows)
+        else:
+            rows = read_rows(str(out.with_suffix(".csv")))
+        out.with_suffix(".md").write_text(markdown(rows, cmd, wall=not a.no_wall),
+                                          encoding="utf-8")
         return 0
     if a.grid:
         cells = [(p, int(d)) for item in a.grid.split() for p, ds in [item.split(":")]
@@ -195,11 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(r)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    out.with_suffix(".csv").write_text(buf.getvalue(), encoding="utf-8")
+    write_csv(out.with_suffix(".csv"), rows)
     default = argv is None and len(sys.argv) == 1
     cmd = "python scripts/chunk_plans.py" + ("" if default else " " + " ".join(sys.argv[1:]))
     out.with_suffix(".md").write_text(markdown(rows, cmd, wall=not a.no_wall),
