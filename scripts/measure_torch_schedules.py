@@ -103,6 +103,21 @@ def _load() -> str:
         return "n/a"
 
 
+def _message_cpu(text: str | None) -> tuple[float, float] | None:
+    """``--message-cpu A,B`` -> (A, B); one clear error otherwise."""
+    if text is None:
+        return None
+    try:
+        a, b = (float(x) for x in text.split(","))
+    except ValueError:
+        raise PlanRefused(f"--message-cpu must be A,B: seconds per message and seconds per "
+                          f"byte, two numbers >= 0, got {text!r}") from None
+    if not (0 <= a < float("inf") and 0 <= b < float("inf")):
+        raise PlanRefused(f"--message-cpu must be A,B: seconds per message and seconds per "
+                          f"byte, two numbers >= 0, got {text!r}")
+    return a, b
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -137,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--op-overhead", type=float, default=0.0, metavar="SECONDS",
                     help="with --predict: seconds the runtime adds to every action (fit one "
                     "with --calibrate and --fit-overhead)")
+    ap.add_argument("--message-cpu", metavar="A,B",
+                    help="with --predict: CPU seconds a cross-device message costs each end, "
+                    "A + B * bytes (default: off, or the charge a runtime-calibrated problem of "
+                    "scripts/runtime_calibration.py carries)")
     ap.add_argument("--calibrate", metavar="PROBLEM",
                     help="print calibration entries for PROBLEM's workload (GPipe at every M "
                     "dividing B, balanced partition) and exit")
@@ -161,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                 map(shlex.quote, argv if argv is not None else sys.argv[1:]))
             return combine(args.combine, args.report, args.png, cmd)
         if args.predict:
-            print(json.dumps(predicted_entries(args.predict, args.mode, args.op_overhead),
+            msg = _message_cpu(args.message_cpu)
+            print(json.dumps(predicted_entries(args.predict, args.mode, args.op_overhead, msg),
                              indent=1))
             return 0
         if args.calibrate:
