@@ -18,8 +18,8 @@ prediction, and none of the schedule runs being predicted is read. ``run``: two 
 collector handled as the timing runtime does, every ``PipelineStage`` action timed
 (``scripts/torch_schedule_ops.py``'s instrumentation; two warm-up rounds dropped); output
 ``DIR/ops.r{rank}.json``. ``fit``: the per-layer decomposition of those action times and the
-message charge fitted to ``EXCHANGE.json`` (``scripts/torch_schedule_ops.py exchange``), into
-the problem file; it prints the fit's residuals.
+message charge fitted to ``EXCHANGE.json`` (``scripts/torch_schedule_ops.py exchange``;
+several files: their rows pooled), into the problem file; it prints the fit's residuals.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _entries(problem_path: str) -> dict:
     return {"workload": problem_path, "entries": design(P.S, P.B)}
 
 
-def _fit(cal_file: str, ops_dir: str, exchange: str, out: str) -> str:
+def _fit(cal_file: str, ops_dir: str, exchange: list[str], out: str) -> str:
     import numpy as np
 
     from umpipe_bench.problem import atomic_write_text
@@ -70,7 +70,7 @@ def _fit(cal_file: str, ops_dir: str, exchange: str, out: str) -> str:
     if not obs:
         raise UmpipeError(f"--ops {ops_dir}: no timed action of the entries of {cal_file}")
     costs = decompose(obs, P.S)
-    rows = json.loads(Path(exchange).read_text(encoding="utf-8"))
+    rows = [r for f in exchange for r in json.loads(Path(f).read_text(encoding="utf-8"))]
     a, b = message_charge(rows)
     meta = {"entries": cal_file, "ops": ops_dir, "exchange": exchange,
             "observations": len(obs),
@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("fit", help="decompose the timed actions into the calibrated problem")
     f.add_argument("entries")
     f.add_argument("--ops", required=True, help="the folder of `run`")
-    f.add_argument("--exchange", required=True, help="exchange.json of "
-                   "`scripts/torch_schedule_ops.py exchange`")
+    f.add_argument("--exchange", required=True, nargs="+", help="exchange.json file(s) of "
+                   "`scripts/torch_schedule_ops.py exchange` (several: their rows pooled)")
     f.add_argument("--out", required=True, help="the calibrated problem file")
     a = ap.parse_args(argv)
     try:

@@ -202,3 +202,33 @@ def test_fit_without_the_run_is_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "ops.r0.json" in err and "\n" not in err
     assert rc.main(["run", str(cal), "--rounds", "0", "--out", str(tmp_path)]) == 2
+
+
+def test_calibrated_recompute_tables_stay_consistent():
+    """Calibrated I larger than profiled: the first chunk's recompute I (group_layers) must stay
+    positive, so the recompute tables follow the calibrated F, B and I."""
+    P = _random_problem(seed=2)
+    obs = [Observation(o.kind, o.a, o.b, o.m, o.seconds * (3.0 if o.kind == "I" else 1.0))
+           for o in _observed(P)]
+    Q = calibrated_problem(P, decompose(obs, P.S), (0.0, 0.0), {})
+    for st in Q.stages:
+        assert st.rbwd == pytest.approx([f + b for f, b in zip(st.fwd, st.bwd)])
+        assert st.ribwd == pytest.approx([f + i for f, i in zip(st.fwd, st.ibwd)])
+    assert min(group_layers(Q, (4, 2)).stages[0].ribwd) > 0
+
+
+def test_merge_keeps_each_entry_once(tmp_path, capsys):
+    mts = _script("measure_torch_schedules")
+    a = {"schedule": "gpipe", "torch_class": "ScheduleGPipe", "M": 2, "partition": [4, 4],
+         "v": 1, "T_pred": 1.0}
+    b = {**a, "M": 4, "T_pred": 2.0}
+    f1, f2 = tmp_path / "a.json", tmp_path / "b.json"
+    f1.write_text(json.dumps({"workload": "gpt1-mini-b16", "entries": [a]}))
+    f2.write_text(json.dumps({"workload": {"model": "gpt1-mini", "B": 16, "config": {
+        "seq": 16, "vocab": 4096, "d_model": 256, "heads": 4, "mlp": 1024, "blocks": 12}},
+        "entries": [{**a, "T_pred": 9.0}, b]}))
+    got = mts.merge_entries([str(f1), str(f2)])
+    assert got == {"workload": "gpt1-mini-b16", "entries": [a, b]}
+    f2.write_text(json.dumps({"workload": "vgg16-mini-b16", "entries": [b]}))
+    assert mts.main(["--merge", str(f1), str(f2)]) == 2
+    assert "workload" in capsys.readouterr().err

@@ -20,8 +20,9 @@ measurements of their own.
 * :func:`calibrated_problem`: the problem with its ``fwd``, ``bwd``, ``ibwd``, ``wbwd`` replaced
   by the decomposed costs (sizes not calibrated: the profile times the layer's calibrated over
   profiled ratio of that kind; at least 0.1 us, a problem's costs being positive),
-  ``bwd_far = 1`` (the in-runtime ``B`` is measured where torch runs it), and the message charge
-  in ``provenance["runtime_calibration"]``, which :func:`runtime_model` reads.
+  ``bwd_far = 1`` (the in-runtime ``B`` is measured where torch runs it), ``rbwd = F + B`` and
+  ``ribwd = F + I`` (torch's runtime keeps activations; no recompute is calibrated), and the
+  message charge in ``provenance["runtime_calibration"]``, which :func:`runtime_model` reads.
 
 Imports no torch.
 """
@@ -182,6 +183,11 @@ def calibrated_problem(problem: Problem, costs: dict[int, dict[str, np.ndarray]]
             st[attr] = [max(got[m] if m in got else prof[i] * ratio, _FLOOR)
                         for i, m in enumerate(sizes)]
         st["bwd_far"] = 1.0
+        # no recompute in torch's runtime: the recompute tables are a forward again plus the
+        # backward (or I), kept consistent with the calibrated costs
+        st["rbwd"] = [f + b for f, b in zip(st["fwd"], st["bwd"])]
+        if st.get("ribwd") is not None and st.get("ibwd") is not None:
+            st["ribwd"] = [f + i for f, i in zip(st["fwd"], st["ibwd"])]
     d["name"] = f"{problem.name}-runtime"
     d["description"] = (f"{problem.name}: action costs calibrated inside torch's runtime "
                         "(umpipe_bench.runtime.calibration)")

@@ -153,11 +153,12 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
              "X.runN.json`, three launches per workload (each workload's section lists its "
              "launches' commands), on the entries files in `results/real/torch-schedules/` "
              "made by `--predict PROBLEM [--op-overhead S]` (`*.pred.json`: the picks as "
-             "profiled; `*.union.json`: the picks of both models below, merged) and, for the "
-             "workloads with a **with overhead** row, `--calibrate PROBLEM` (`*.cal.json`, "
-             "run as `--out X.calrun.json`); **runtime-calibrated**: `--predict "
-             "X.runtime.json`, the problem `scripts/runtime_calibration.py` writes (its "
-             "section of docs/TORCH-SCHEDULES.md §7 gives the commands).", "",
+             "profiled; `*.union.json`: the picks as profiled and with overhead, merged; "
+             "`*.runtime-pred.json`: the runtime-calibrated picks, `--predict X.runtime.json`; "
+             "`*.all.json`: `--merge` of those) and, for the workloads with a **with "
+             "overhead** row, `--calibrate PROBLEM` (`*.cal.json`, run as `--out "
+             "X.calrun.json`); `X.runtime.json` is the problem `scripts/runtime_calibration.py "
+             "fit` writes (docs/TORCH-SCHEDULES.md §7a gives the commands).", "",
              "Two CPU processes (gloo, one thread each), torch.distributed.pipelining running "
              "each schedule itself; every entry of a workload in one launch, interleaved "
              "rounds; an entry's time is the median over launches of its per-launch median. "
@@ -168,8 +169,10 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
              "decomposed (least squares) from their times inside torch's runtime in a designed "
              "calibration run (GPipe and ZB1P over every split point, M = 2 and 4; none of the "
              "runs below), plus a CPU charge on both ends of every cross-device message, a + b * "
-             "bytes, fitted to the exchange measurement of results/real/torch-schedule-ops.md.",
-             "",
+             "bytes, fitted to two exchange measurements (results/real/torch-schedule-ops/ and "
+             "results/real/runtime-calibration/exchange.json). Each section ends with the "
+             "measurement's own agreement: Spearman of one launch's entry times against "
+             "another's.", "",
              "| workload | model | overhead per action | message charge per end | Spearman, "
              "all entries | Spearman, the model's own picks | Spearman per launch (all "
              "entries) | median \\|pred-meas\\|/meas |", "|---|---|---:|---|---:|---:|---|---:|"]
@@ -177,9 +180,9 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
         for k, (prob, v) in models.items():
             p = preds[k]
             own = picks[k]
-            a, b = runtime_model(get_problem(prob))
-            charge = "off" if (a, b) == (0.0, 0.0) else \
-                f"{a * 1e3:.2f} ms + {b * 1e9:.2f} ms/MB"
+            ma, mb = runtime_model(get_problem(prob))
+            charge = "off" if (ma, mb) == (0.0, 0.0) else \
+                f"{ma * 1e3:.2f} ms + {mb * 1e9:.2f} ms/MB"
             err = float(np.median([abs(a - b) / b for a, b in zip(p, meas)]))
             launches = ", ".join(f"{rho(p, [x[i] for x in per_launch]):.2f}"
                                  for i in range(len(per_launch[0])))
@@ -202,6 +205,12 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
             lines.append(f"| {rows[i]['label']} | {meas[i] * 1e3:.1f} | "
                          + ", ".join(f"{x * 1e3:.1f}" for x in per_launch[i]) + " | "
                          + " | ".join(f"{preds[k][i] * 1e3:.1f}" for k in names) + f" | {by} |")
+        n_l = len(per_launch[0])
+        pairs = [(i, j) for i in range(n_l) for j in range(i + 1, n_l)]
+        if pairs:
+            lines += ["", "Launch against launch (Spearman over all entries): " + ", ".join(
+                f"{i + 1}-{j + 1} {rho([x[i] for x in per_launch], [x[j] for x in per_launch]):.2f}"
+                for i, j in pairs)]
     if png:
         import matplotlib
 
