@@ -232,3 +232,35 @@ def test_merge_keeps_each_entry_once(tmp_path, capsys):
     f2.write_text(json.dumps({"workload": "vgg16-mini-b16", "entries": [b]}))
     assert mts.main(["--merge", str(f1), str(f2)]) == 2
     assert "workload" in capsys.readouterr().err
+
+
+def test_combine_reports_the_runtime_calibrated_model(tmp_path):
+    """'Measured' medians that are the simulator's T on a runtime-calibrated problem (its
+    message charge read from the file): the page's runtime-calibrated row ranks them at 1 with
+    zero error and names the charge."""
+    from umpipe_bench.runtime import torch_entries, torch_report
+
+    d = get_problem("sim-s8-b16-s1").to_dict()
+    d["provenance"] = {**(d.get("provenance") or {}),
+                       "runtime_calibration": {"message_cpu": [1e-3, 2e-10]}}
+    rt = tmp_path / "sim-s8-b16-s1.runtime.json"
+    rt.write_text(json.dumps(d))
+    picks = torch_entries.predicted_entries(str(rt), "stash")
+    assert picks["message_cpu"] == [1e-3, 2e-10]
+    rows = [{"label": f"{e['schedule']}:M{e['M']}:{'-'.join(map(str, e['partition']))}",
+             "torch_class": e["torch_class"], "M": e["M"], "partition": e["partition"],
+             "v": e["v"], "T_pred": None} for e in picks["entries"]]
+    Ts = torch_entries.predict_rows(str(rt), rows, 0.0)
+    assert Ts != torch_entries.predict_rows(str(rt), rows, 0.0, (0.0, 0.0))  # the charge acts
+    for r, T in zip(rows, Ts):
+        r.update(median=T, low=T, high=T, n=1)
+    run = tmp_path / "w.run.json"
+    run.write_text(json.dumps({"command": "x", "date": "d", "load_before": "0",
+                               "load_after": "0", "workload": {"name": "sim-s8-b16-s1"},
+                               "summary": {"rows": rows}}))
+    page = tmp_path / "page.md"
+    assert torch_report.combine([str(run)], str(page), None, "cmd") == 0
+    line = next(x for x in page.read_text().splitlines() if "| runtime-calibrated |" in x)
+    cells = [x.strip() for x in line.split("|")]
+    assert cells[4] == "1.00 ms + 0.20 ms/MB" and cells[5].startswith("1.000") \
+        and cells[6].startswith("1.000") and cells[8] == "0.0 %"
