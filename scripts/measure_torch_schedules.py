@@ -103,6 +103,21 @@ def _load() -> str:
         return "n/a"
 
 
+def _message_cpu(text: str | None) -> tuple[float, float] | None:
+    """``--message-cpu A,B`` -> (A, B); one clear error otherwise."""
+    if text is None:
+        return None
+    try:
+        a, b = (float(x) for x in text.split(","))
+    except ValueError:
+        raise PlanRefused(f"--message-cpu must be A,B: seconds per message and seconds per "
+                          f"byte, two numbers >= 0, got {text!r}") from None
+    if not (0 <= a < float("inf") and 0 <= b < float("inf")):
+        raise PlanRefused(f"--message-cpu must be A,B: seconds per message and seconds per "
+                          f"byte, two numbers >= 0, got {text!r}")
+    return a, b
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -137,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--op-overhead", type=float, default=0.0, metavar="SECONDS",
                     help="with --predict: seconds the runtime adds to every action (fit one "
                     "with --calibrate and --fit-overhead)")
+    ap.add_argument("--message-cpu", metavar="A,B",
+                    help="with --predict: CPU seconds a cross-device message costs each end, "
+                    "A + B * bytes (default: off, or the charge a runtime-calibrated problem of "
+                    "scripts/runtime_calibration.py carries)")
     ap.add_argument("--calibrate", metavar="PROBLEM",
                     help="print calibration entries for PROBLEM's workload (GPipe at every M "
                     "dividing B, balanced partition) and exit")
@@ -145,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                     "calibration entries, and exit")
     ap.add_argument("--mode", default="stash", choices=("stash", "recompute"),
                     help="memory mode of --predict (the runtime keeps activations: stash)")
+    ap.add_argument("--merge", nargs="+", metavar="ENTRIES",
+                    help="print one entries file holding every entry of the given files (one "
+                    "workload; an entry in several kept once, as first met) and exit")
     ap.add_argument("--combine", nargs="+", metavar="RUN_JSON",
                     help="write one report (--report) and a scatter (--png) over the --out files "
                     "of several measured workloads, and exit")
@@ -160,8 +182,12 @@ def main(argv: list[str] | None = None) -> int:
             cmd = "python scripts/measure_torch_schedules.py " + " ".join(
                 map(shlex.quote, argv if argv is not None else sys.argv[1:]))
             return combine(args.combine, args.report, args.png, cmd)
+        if args.merge:
+            print(json.dumps(merge_entries(args.merge), indent=1))
+            return 0
         if args.predict:
-            print(json.dumps(predicted_entries(args.predict, args.mode, args.op_overhead),
+            msg = _message_cpu(args.message_cpu)
+            print(json.dumps(predicted_entries(args.predict, args.mode, args.op_overhead, msg),
                              indent=1))
             return 0
         if args.calibrate:
@@ -187,6 +213,31 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated as exc:
         print(f"measure_torch_schedules: {exc}", file=sys.stderr)
         return 128 + exc.signum
+
+
+def merge_entries(paths: list[str]) -> dict[str, Any]:
+    """One entries file over ``paths`` (workloads of one model, config and B; the first file's
+    names the result's): every distinct (torch class, M, partition) once, as first met."""
+
+    def _same(w: Any) -> tuple[str, str, int]:
+        r = resolve_workload(w)
+        return r["model"], json.dumps(r["config"], sort_keys=True), r["B"]
+
+    out: dict[str, Any] = {}
+    seen = set()
+    for path in paths:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not out:
+            out = {"workload": data.get("workload"), "entries": []}
+        elif _same(data.get("workload")) != _same(out["workload"]):
+            raise PlanRefused(f"{path}: field 'workload' {data.get('workload')!r} is not the "
+                              f"model, config and B of {out['workload']!r} ({paths[0]})")
+        for e in data.get("entries") or []:
+            key = (e["torch_class"], e["M"], tuple(e["partition"]))
+            if key not in seen:
+                seen.add(key)
+                out["entries"].append(e)
+    return out
 
 
 def load_spec(args: argparse.Namespace, **settings: Any) -> tuple[dict[str, Any],

@@ -103,7 +103,12 @@ def _instrument(log: list[tuple[str, int, float, float]]) -> None:
     sc._wait_batch_p2p = timed_wait
 
 
-def _run_rank(rank: int, port: int, entries_file: str, rounds: int, out: str) -> None:
+def _run_rank(rank: int, port: int, entries_file: str, rounds: int, out: str,
+              runtime_gc: bool = False) -> None:
+    """One rank of ``run``; ``runtime_gc``: collect garbage before each iteration and keep the
+    collector off during it, as the timing runtime does (umpipe_bench/runtime/torch_multi.py)."""
+    import gc
+
     import torch
     import torch.distributed as dist
 
@@ -130,10 +135,17 @@ def _run_rank(rank: int, port: int, entries_file: str, rounds: int, out: str) ->
     opt = torch.optim.Adam(params)
     labels = list(runners)
     result: dict[str, list[dict[str, Any]]] = {k: [] for k in labels}
+    if runtime_gc:
+        gc.collect()
+        gc.freeze()
     for rnd in range(rounds + 2):
         for j in range(len(labels)):
             k = labels[(rnd + j) % len(labels)]
+            if runtime_gc:
+                gc.collect()
             dist.barrier()
+            if runtime_gc:
+                gc.disable()
             log.clear()
             for p in params:
                 p.grad = None
@@ -141,6 +153,8 @@ def _run_rank(rank: int, port: int, entries_file: str, rounds: int, out: str) ->
             runners[k].step()
             opt.step()
             t1, c1 = time.perf_counter(), time.process_time()
+            if runtime_gc:
+                gc.enable()
             if rnd >= 2:
                 result[k].append({"wall": t1 - t0, "cpu": c1 - c0,
                                   "ops": [(n, s, a - t0, b - t0) for n, s, a, b in log]})

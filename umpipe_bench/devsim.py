@@ -24,6 +24,15 @@ the bytes of the chunk boundary it crosses; consecutive chunks on one device exc
 Compute and communication overlap. After its last operation a device runs the optimizer step of
 each of its chunks; ``T`` is the latest device end.
 
+``message_cpu = (a, b)``, off (``(0, 0)``) by default: the CPU time a cross-device message
+costs the processes on both ends (posting the send, waiting on and unpacking the receive;
+docs/TORCH-SCHEDULES.md §7), ``a + b * bytes`` seconds added to the action that produces it
+and to the action that consumes it, on top of the transfer on the link. ``F(c, j)`` pays for
+its input when chunk ``c-1`` lies on another device and for its output when chunk ``c+1``
+does; ``B``/``I`` for the output gradient it receives from ``c+1`` and the input gradient it
+sends to ``c-1``; ``W`` sends nothing. The bytes are the boundary's per-sample bytes times
+the action's own microbatch size.
+
 Costs per chunk and size come from the chunk problem (:func:`umpipe_bench.layout.group_layers`):
 ``F`` ``fwd``; ``B`` the mode's backward (``bwd``, far factor as in docs/MODEL.md §1b when
 the device's previous operation is not the forward of the same chunk and samples; ``rbwd``
@@ -236,6 +245,7 @@ def simulate_devices(
     op_overhead: float = 0.0,
     *,
     parts: Sequence[ChunkParts] | None = None,
+    message_cpu: tuple[float, float] = (0.0, 0.0),
 ) -> DeviceTimeline:
     """Simulate one iteration of per-device action ``lists`` (module docstring).
 
@@ -244,11 +254,13 @@ def simulate_devices(
     same in every chunk, or ``parts[c]`` (then ``sizes`` is None): chunk ``c``'s forward,
     backward and weight-gradient sizes (:data:`ChunkParts`); ``op_overhead``: seconds a
     runtime adds to every action beyond the profiled compute (torch's stage bookkeeping and
-    point-to-point calls; docs/TORCH-SCHEDULES.md §7), 0 by default.
+    point-to-point calls; docs/TORCH-SCHEDULES.md §7), 0 by default; ``message_cpu``: the
+    CPU charge of a cross-device message on both ends (module docstring), off by default.
     """
     if not op_overhead >= 0 or op_overhead == float("inf"):
         raise DevSimError(f"op_overhead must be a finite number of seconds >= 0, got "
                           f"{op_overhead!r}")
+    msg_a, msg_b = _message_cpu(message_cpu)
     if mode not in ("stash", "recompute"):
         raise DevSimError(f"mode must be 'stash' or 'recompute', got {mode!r}")
     C, D = problem.S, len(lists)
@@ -273,6 +285,19 @@ def simulate_devices(
     # per chunk and kind (0 F, 1 B/I, 2 W): the sample range of every microbatch
     rng = [[_ranges(x) for x in cp] for cp in cparts]
     same = all(x == cparts[0][0] for cp in cparts for x in cp)
+    # per chunk, the per-sample bytes of the messages its F (in, out) and B/I (in, out) pay
+    # for (0 where the neighbour shares the device or there is none)
+    msg_on = msg_a != 0.0 or msg_b != 0.0
+    msg_f: list[tuple[float, float]] = []
+    msg_g: list[tuple[float, float]] = []
+    if msg_on:
+        for c in range(C):
+            up = c > 0 and chunk_device[c - 1] != chunk_device[c]
+            down = c < C - 1 and chunk_device[c + 1] != chunk_device[c]
+            msg_f.append((problem.links[c - 1].act_bytes if up else -1.0,
+                          problem.links[c].act_bytes if down else -1.0))
+            msg_g.append((problem.links[c].grad_bytes if down else -1.0,
+                          problem.links[c - 1].grad_bytes if up else -1.0))
 
     def covering(c: int, k: int, lo: int, hi: int) -> range:
         return _covering(rng[c][k], lo, hi)
@@ -373,6 +398,10 @@ def simulate_devices(
                         if mode == "stash" and not near:
                             cost *= far_factor[c]
                 cost += op_overhead
+                if msg_on and a.kind != "W":
+                    for nb in (msg_f if a.kind == "F" else msg_g)[c]:
+                        if nb >= 0.0:
+                            cost += msg_a + msg_b * nb * m
                 t0 = max(dev_free[d], r)
                 t1 = t0 + cost
                 dev_free[d] = t1
@@ -407,6 +436,19 @@ def simulate_devices(
         peak_memory=device_peaks(problem, chunk_device, acts, None, mode, parts=cparts),
         chunk_device=tuple(chunk_device),
     )
+
+
+def _message_cpu(value: Any) -> tuple[float, float]:
+    """``(a, b)``: seconds per message and per byte, both finite and >= 0."""
+    try:
+        a, b = (float(x) for x in value)
+    except (TypeError, ValueError):
+        raise DevSimError(f"message_cpu must be (seconds per message, seconds per byte), got "
+                          f"{value!r}") from None
+    for name, x in (("seconds per message", a), ("seconds per byte", b)):
+        if not x >= 0 or x == float("inf"):
+            raise DevSimError(f"message_cpu {name} must be finite and >= 0, got {x!r}")
+    return a, b
 
 
 def device_peaks(problem: Problem, chunk_device: Sequence[int], lists: Sequence[Sequence[Action]],

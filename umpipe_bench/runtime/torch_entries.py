@@ -65,22 +65,38 @@ def resolve_workload(w: Any) -> dict[str, Any]:
             "layers": int(w["layers"]) if w.get("layers") is not None else None}
 
 
-def predicted_entries(problem_name: str, mode: str, op_overhead: float = 0.0) -> dict[str, Any]:
+def _message_cpu(problem: Any, message_cpu: tuple[float, float] | None) -> tuple[float, float]:
+    """``message_cpu`` as given, else the charge a runtime-calibrated problem carries (off for
+    any other problem; :func:`.calibration.runtime_model`)."""
+    from .calibration import runtime_model
+
+    return runtime_model(problem) if message_cpu is None else message_cpu
+
+
+def predicted_entries(problem_name: str, mode: str, op_overhead: float = 0.0,
+                      message_cpu: tuple[float, float] | None = None) -> dict[str, Any]:
     """An entries file from the predictor: every torch schedule at its best (v, M, partition)
     on the one-layer-per-stage ``problem_name`` for ``D`` devices (``umpipe-bench schedules``),
-    with its predicted T."""
+    with its predicted T. ``message_cpu``: the CPU charge of a message on both ends
+    (:func:`umpipe_bench.devsim.simulate_devices`); None: the problem's own (a runtime-calibrated
+    problem's, off otherwise)."""
     from umpipe_bench.torch_schedules.best import schedule_table
 
     problem = get_problem(problem_name)
+    msg = _message_cpu(problem, message_cpu)
     entries = []
-    for r in schedule_table(problem, D, mode, op_overhead=op_overhead):
+    for r in schedule_table(problem, D, mode, op_overhead=op_overhead, message_cpu=msg):
         if r.choice is None:
             print(f"predict: {r.schedule} left out: {r.reason}", file=sys.stderr)
             continue
         c = r.choice
         entries.append({"schedule": r.schedule, "torch_class": r.torch_class, "M": c.M,
                         "partition": list(c.counts), "v": c.v, "T_pred": c.T})
-    return {"workload": problem_name, "entries": entries, "op_overhead": op_overhead}
+    out: dict[str, Any] = {"workload": problem_name, "entries": entries,
+                           "op_overhead": op_overhead}
+    if msg != (0.0, 0.0):
+        out["message_cpu"] = list(msg)
+    return out
 
 
 def calibration_entries(problem_name: str) -> dict[str, Any]:
@@ -95,20 +111,22 @@ def calibration_entries(problem_name: str) -> dict[str, Any]:
     return {"workload": problem_name, "entries": entries}
 
 
-def predict_rows(problem_name: str, rows: list[dict[str, Any]], op_overhead: float
-                 ) -> list[float]:
-    """The device simulator's T of every measured entry (``rows`` of a run's summary)."""
+def predict_rows(problem_name: str, rows: list[dict[str, Any]], op_overhead: float,
+                 message_cpu: tuple[float, float] | None = None) -> list[float]:
+    """The device simulator's T of every measured entry (``rows`` of a run's summary);
+    ``message_cpu`` as in :func:`predicted_entries`."""
     from umpipe_bench.torch_schedules import schedule_info, torch_orders
     from umpipe_bench.torch_schedules.best import simulate_chunks
 
     problem = get_problem(problem_name)
+    msg = _message_cpu(problem, message_cpu)
     out = []
     for r in rows:
         info = schedule_info(r["torch_class"])
         v = r["v"]
         lists = torch_orders(info.name, D, r["M"], None if info.layout == "one" else v)
         out.append(simulate_chunks(problem, r["partition"], info.layout, D, v, r["M"], "stash",
-                                   lists, op_overhead).iteration_time)
+                                   lists, op_overhead, msg).iteration_time)
     return out
 
 

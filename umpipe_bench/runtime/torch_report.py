@@ -4,8 +4,9 @@
 :func:`summarize` gives per entry of one run the median over rounds, its percentile-bootstrap
 95 % interval (:mod:`.stats`) and the prediction error, and over the entries Spearman's rank
 correlation; :func:`report` writes that run's page. :func:`combine` makes one page (and a
-scatter) over several runs of several workloads, each prediction made as profiled and with the
-per-action overhead fitted to the workload's calibration run (:mod:`.torch_entries`).
+scatter) over several runs of several workloads, each prediction made as profiled, with the
+per-action overhead fitted to the workload's calibration run (:mod:`.torch_entries`), and on
+the runtime-calibrated problem (:mod:`.calibration`).
 
 Imports no torch (matplotlib only for the scatter).
 """
@@ -20,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..problem import atomic_write_text
+from ..registry import get_problem
+from .calibration import runtime_model
 from .stats import bootstrap_median, spearman
 from .torch_entries import D, fit_overhead, predict_rows, predicted_entries
 
@@ -104,12 +107,15 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
 
     An entry's measured time is the median over launches of its per-launch median (launches of
     the same entries differ by more than the rounds within one; the page shows each launch's
-    rank correlation too). For each workload the simulator predicts every measured entry twice:
-    as profiled, and with the per-action overhead fitted to the workload's calibration run
+    rank correlation too). For each workload the simulator predicts every measured entry: as
+    profiled, with the per-action overhead fitted to the workload's calibration run
     ``X.calrun.json`` beside it (GPipe at every M, :func:`calibration_entries`; no entry of the
-    schedules' runs). Per model: Spearman's rank correlation of predicted and measured times and
-    the median relative error, over every entry and over the entries that model itself picked
-    (each schedule's best, the ``--predict`` entries); then every entry, and a scatter.
+    schedules' runs), and, where ``X.runtime.json`` lies beside the runs, on that
+    runtime-calibrated problem with its message charge (``scripts/runtime_calibration.py``,
+    :mod:`.calibration`; no entry of the schedules' runs either). Per model: Spearman's rank
+    correlation of predicted and measured times and the median relative error, over every entry
+    and over the entries that model itself picked (each schedule's best, the ``--predict``
+    entries); then every entry, and a scatter.
     """
     import re
 
@@ -129,11 +135,14 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
         c = fit_overhead(problem, str(cal_path)) if cal_path.exists() else None
         rows, per_launch = _launch_rows(runs)
         meas = [float(np.median(x)) for x in per_launch]
-        models = {"as profiled": 0.0, **({"with overhead": c} if c is not None else {})}
-        preds = {k: predict_rows(problem, rows, v) for k, v in models.items()}
+        runtime = Path(first).parent / f"{name}.runtime.json"
+        models = {"as profiled": (problem, 0.0),
+                  **({"with overhead": (problem, c)} if c is not None else {}),
+                  **({"runtime-calibrated": (str(runtime), 0.0)} if runtime.exists() else {})}
+        preds = {k: predict_rows(prob, rows, v) for k, (prob, v) in models.items()}
         picks = {}
-        for k, v in models.items():
-            chosen = predicted_entries(problem, "stash", v)["entries"]
+        for k, (prob, v) in models.items():
+            chosen = predicted_entries(prob, "stash", v)["entries"]
             keys = {(e["torch_class"], e["M"], tuple(e["partition"])) for e in chosen}
             picks[k] = [i for i, r in enumerate(rows)
                         if (r["torch_class"], r["M"], tuple(r["partition"])) in keys]
@@ -144,28 +153,42 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
              "X.runN.json`, three launches per workload (each workload's section lists its "
              "launches' commands), on the entries files in `results/real/torch-schedules/` "
              "made by `--predict PROBLEM [--op-overhead S]` (`*.pred.json`: the picks as "
-             "profiled; `*.union.json`: the picks of both models below, merged) and, for the "
-             "workloads with a **with overhead** row, `--calibrate PROBLEM` (`*.cal.json`, "
-             "run as `--out X.calrun.json`).", "",
+             "profiled; `*.union.json`: the picks as profiled and with overhead, merged; "
+             "`*.runtime-pred.json`: the runtime-calibrated picks, `--predict X.runtime.json`; "
+             "`*.all.json`: `--merge` of those) and, for the workloads with a **with "
+             "overhead** row, `--calibrate PROBLEM` (`*.cal.json`, run as `--out "
+             "X.calrun.json`); `X.runtime.json` is the problem `scripts/runtime_calibration.py "
+             "fit` writes (docs/TORCH-SCHEDULES.md §7a gives the commands).", "",
              "Two CPU processes (gloo, one thread each), torch.distributed.pipelining running "
              "each schedule itself; every entry of a workload in one launch, interleaved "
              "rounds; an entry's time is the median over launches of its per-launch median. "
              "Predictions: the device simulator on the workload's one-layer-per-stage profile "
              "(beside the runs), **as profiled**, and **with overhead**: plus a fixed time per "
              "action, fitted (least squares on log times) to a separate calibration run of "
-             "GPipe at every M.", "",
-             "| workload | model | overhead per action | Spearman, all entries | Spearman, "
-             "the model's own picks | Spearman per launch (all entries) | median "
-             "\\|pred-meas\\|/meas |", "|---|---|---:|---:|---:|---|---:|"]
+             "GPipe at every M; **runtime-calibrated**: every layer's F, B, I and W cost "
+             "decomposed (least squares) from their times inside torch's runtime in a designed "
+             "calibration run (GPipe and ZB1P over every split point, M = 2 and 4; none of the "
+             "runs below), plus a CPU charge on both ends of every cross-device message, a + b * "
+             "bytes, fitted to two exchange measurements (results/real/torch-schedule-ops/ and "
+             "results/real/runtime-calibration/exchange.json). Each section ends with the "
+             "measurement's own agreement: Spearman of one launch's entry times against "
+             "another's.", "",
+             "| workload | model | overhead per action | message charge per end | Spearman, "
+             "all entries | Spearman, the model's own picks | Spearman per launch (all "
+             "entries) | median \\|pred-meas\\|/meas |", "|---|---|---:|---|---:|---:|---|---:|"]
     for name, _runs, _c, rows, per_launch, meas, models, preds, picks in out:
-        for k, v in models.items():
+        for k, (prob, v) in models.items():
             p = preds[k]
             own = picks[k]
+            ma, mb = runtime_model(get_problem(prob))
+            charge = "off" if (ma, mb) == (0.0, 0.0) else \
+                f"{ma * 1e3:.2f} ms + {mb * 1e9:.2f} ms/MB"
             err = float(np.median([abs(a - b) / b for a, b in zip(p, meas)]))
             launches = ", ".join(f"{rho(p, [x[i] for x in per_launch]):.2f}"
                                  for i in range(len(per_launch[0])))
             lines.append(
-                f"| {name} | {k} | {v * 1e3:.2f} ms | {rho(p, meas):.3f} ({len(rows)}) | "
+                f"| {name} | {k} | {v * 1e3:.2f} ms | {charge} | {rho(p, meas):.3f} "
+                f"({len(rows)}) | "
                 f"{rho([p[i] for i in own], [meas[i] for i in own]):.3f} ({len(own)}) | "
                 f"{launches} | {err * 100:.1f} % |")
     for name, runs, _c, rows, per_launch, meas, models, preds, picks in out:
@@ -182,6 +205,12 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
             lines.append(f"| {rows[i]['label']} | {meas[i] * 1e3:.1f} | "
                          + ", ".join(f"{x * 1e3:.1f}" for x in per_launch[i]) + " | "
                          + " | ".join(f"{preds[k][i] * 1e3:.1f}" for k in names) + f" | {by} |")
+        n_l = len(per_launch[0])
+        pairs = [(i, j) for i in range(n_l) for j in range(i + 1, n_l)]
+        if pairs:
+            lines += ["", "Launch against launch (Spearman over all entries): " + ", ".join(
+                f"{i + 1}-{j + 1} {rho([x[i] for x in per_launch], [x[j] for x in per_launch]):.2f}"
+                for i, j in pairs)]
     if png:
         import matplotlib
 
@@ -194,7 +223,7 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
             err = [[(m - min(x)) * 1e3 for m, x in zip(meas, per_launch)],
                    [(max(x) - m) * 1e3 for m, x in zip(meas, per_launch)]]
             allv = list(ys)
-            for k, marker in zip(models, ("o", "s")):
+            for k, marker in zip(models, ("o", "s", "^")):
                 xs = [x * 1e3 for x in preds[k]]
                 allv += xs
                 ax.errorbar(xs, ys, yerr=err, fmt=marker, capsize=2, label=k,

@@ -112,6 +112,7 @@ def best_choice(
     orders: OrdersFn,
     valid: Callable[[int, int, int | None], bool] = lambda D, M, v: True,
     op_overhead: float = 0.0,
+    message_cpu: tuple[float, float] = (0.0, 0.0),
 ) -> ScheduleChoice | None:
     """The best (``v``, ``M``, partition) of one schedule (module docstring); None when no
     candidate fits the cap (or none is valid).
@@ -120,8 +121,9 @@ def best_choice(
     use I and W; ``vs``: chunks per device to try for ``loop`` layouts when ``v`` is None;
     ``Ms``: microbatch counts to try (default: every divisor of ``B``); ``valid(D, M, v)``:
     whether torch accepts the combination. ``memory_cap``: bytes for every device, or one
-    figure per device. ``op_overhead``: seconds added to every action
-    (:func:`umpipe_bench.devsim.simulate_devices`).
+    figure per device. ``op_overhead``: seconds added to every action, ``message_cpu``: the
+    CPU charge of a cross-device message on both ends (:func:`umpipe_bench.devsim.
+    simulate_devices`; a charge only adds time, so the bound stays a lower bound).
     """
     L, B = problem.S, problem.B
     if split and not problem.has_split_backward:
@@ -166,7 +168,8 @@ def best_choice(
         if best is not None and bound >= best.T:
             break
         tl = simulate_chunks(problem, counts, kind, D, vv, M, mode,
-                             orders(schedule, D, M, None if kind == "one" else vv), op_overhead)
+                             orders(schedule, D, M, None if kind == "one" else vv), op_overhead,
+                             message_cpu)
         evaluated += 1
         peaks = None if tl.peak_memory is None else tuple(tl.peak_memory)
         if not _fits(peaks, memory_cap):
@@ -186,12 +189,12 @@ def _fits(peaks: Sequence[float] | None, cap: float | Sequence[float] | None) ->
 
 
 def simulate_chunks(problem: Problem, counts: Sequence[int], kind: str, D: int, v: int, M: int,
-                    mode: str, lists: list[list[str]], op_overhead: float = 0.0
-                    ) -> DeviceTimeline:
+                    mode: str, lists: list[list[str]], op_overhead: float = 0.0,
+                    message_cpu: tuple[float, float] = (0.0, 0.0)) -> DeviceTimeline:
     """Simulate per-device ``lists`` on the chunk problem of a partition and layout."""
     cp = group_layers(problem, counts)
     return simulate_devices(cp, chunk_devices(kind, D, v), lists, edp_sizes(problem.B, M), mode,
-                            op_overhead)
+                            op_overhead, message_cpu=message_cpu)
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,7 @@ def schedule_table(
     vs: Sequence[int] = (1, 2, 3, 4),
     op_overhead: float = 0.0,
     on_schedule: Callable[[int, int, str], None] | None = None,
+    message_cpu: tuple[float, float] = (0.0, 0.0),
 ) -> list[TableRow]:
     """Every torch schedule's best (v, M, partition) on a per-layer problem and ``D`` devices
     (:func:`best_choice`), in registry order; a schedule that cannot run (too few layers for
@@ -257,7 +261,7 @@ def schedule_table(
             continue
         choice = best_choice(problem, info.name, D, kind=info.layout, split=info.split_backward,
                              mode=mode, memory_cap=memory_cap, vs=v_opts, orders=torch_orders,
-                             valid=valid, op_overhead=op_overhead)
+                             valid=valid, op_overhead=op_overhead, message_cpu=message_cpu)
         rows.append(TableRow(info.name, info.torch_class, choice,
                              "" if choice is not None else "no (M, partition) fits the "
                              "memory cap" if memory_cap is not None else "no valid M"))
