@@ -379,7 +379,8 @@ def test_gain_page_names_the_fastest_torch_schedule_as_measured(tmp_path: Path) 
              "times": [2 * t / 0.8 * 0.8 for t in base]},
             {"label": "fast", "torch_class": "Schedule1F1B", "T_pred": 0.15,
              "times": [t / 0.8 for t in base]},
-            {"label": "plan", "torch_class": None, "T_pred": 0.1, "times": base},
+            {"label": "plan", "torch_class": None, "T_pred": 0.1, "times": base,
+             "rank_times": [[0.05] * 5, base]},
         ]
         run = {"command": f"launch {k}", "date": "d", "load_before": "1", "load_after": "1",
                "workload": {"name": "w", "model": "m", "config": {}, "B": 8}, "threads": 1,
@@ -394,6 +395,9 @@ def test_gain_page_names_the_fastest_torch_schedule_as_measured(tmp_path: Path) 
     assert "| plan | **fast** | **1.250** | [1.250, 1.250] | 1.250, 1.250, 1.250 | 1.500 |" \
         in text
     assert "| plan | slow | 2.000 | [2.000, 2.000] | 2.000, 2.000, 2.000 | 2.000 |" in text
+    # pooled over the launches: the 8th of 15 rounds; per rank, each rank's own median
+    row = next(x for x in text.splitlines() if x.startswith("| plan | our runtime |"))
+    assert row.split(" | ")[3] == "123.0" and row.split(" | ")[6] == "50.0, 123.0"
     run = json.loads(paths[2].read_text())
     run["result"]["entries"] = run["result"]["entries"][1:]
     paths[2].write_text(json.dumps(run))

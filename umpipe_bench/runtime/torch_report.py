@@ -271,19 +271,25 @@ def gain(paths: list[str], report_path: str, command: str, intro: str | None = N
         "launches and rounds on the same parameters and batch. An iteration: from a barrier "
         "to the end of the slowest rank's step and optimizer update. Measured: the median "
         f"over all {len(times[labels[0]])} rounds of the {len(runs)} launches, with a "
-        "percentile-bootstrap 95 % interval; predicted: the device simulator on the "
+        "percentile-bootstrap 95 % interval; per rank: the median of each rank's own time "
+        "(barrier to the end of its step and update); predicted: the device simulator on the "
         "workload's per-layer profile.", "",
         "| entry | engine | predicted (ms) | measured (ms) | 95 % interval (ms) | per launch "
-        "(ms) | measured / predicted |", "|---|---|---:|---:|---|---|---:|"]
+        "(ms) | per rank (ms) | measured / predicted |", "|---|---|---:|---:|---|---|---|---:|"]
     for lab in sorted(labels, key=lambda x: iv[x].median):
         e, i = first[lab], iv[lab]
         pred = e["T_pred"]
         engine = "our runtime" if e["torch_class"] is None else e["torch_class"]
         per = ", ".join(f"{float(np.median(b[lab]['times'])) * 1e3:.1f}" for b in by)
+        ranks = "-"
+        if all("rank_times" in b[lab] for b in by):  # each rank's own step, pooled rounds
+            ranks = ", ".join(
+                f"{float(np.median([t for b in by for t in b[lab]['rank_times'][r]])) * 1e3:.1f}"
+                for r in range(len(e["rank_times"])))
         lines.append(
             f"| {lab} | {engine} | {'-' if pred is None else f'{pred * 1e3:.1f}'} | "
             f"{i.median * 1e3:.1f} | [{i.low * 1e3:.1f}, {i.high * 1e3:.1f}] | {per} | "
-            f"{'-' if pred is None else f'{i.median / pred:.3f}'} |")
+            f"{ranks} | {'-' if pred is None else f'{i.median / pred:.3f}'} |")
     lines += ["", "Speedup of each chunk plan, measured: the median of the per-round ratios "
               "(torch entry / plan, same round), pooled over the launches, with its bootstrap "
               "95 % interval; predicted: the ratio of the device simulator's T. The fastest "
