@@ -15,6 +15,12 @@ Input: a JSON file, as a predictor writes it::
 groups, chunk 0 first); which rank holds which chunk is the schedule's (runtime/
 torch_schedules.py). Every entry is checked against torch's rules before anything starts.
 
+An entry ``{"chunk_plan": FILE[, "label"]}`` is a chunk plan (``umpipe-bench plan --devices 2
+--out FILE``) on the workload's per-layer problem (``workload`` must name a profiled problem):
+the same launch runs it through the runtime's own executor, in the same rounds, on the same
+parameters, batch, threads and optimizer as torch's schedules, with the device simulator's T
+as ``T_pred`` (``--check-grads`` checks it too).
+
 One launch of ``D = 2`` processes (gloo, ``torchrun`` through the runtime's launcher: a
 deadline, and no process of the run survives it or this script) holds every entry's stages,
 runs ``--warmup`` rounds, then ``--rounds`` rounds, each round one iteration of every entry
@@ -57,13 +63,14 @@ from umpipe_bench.runtime.lifetime import Terminated, terminate_raises  # noqa: 
 from umpipe_bench.runtime.torch_entries import (  # noqa: E402
     D,
     calibration_entries,
+    chunk_entries,
     example_entries,
     fit_overhead,
     predicted_entries,
     profile_command,
     resolve_workload,
 )
-from umpipe_bench.runtime.torch_report import combine, report, summarize  # noqa: E402
+from umpipe_bench.runtime.torch_report import combine, gain, report, summarize  # noqa: E402
 from umpipe_bench.runtime.torch_schedules import (  # noqa: E402
     WORKLOADS,
     TorchMultiSpec,
@@ -171,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="write one report (--report) and a scatter (--png) over the --out files "
                     "of several measured workloads, and exit")
     ap.add_argument("--png", help="with --combine: the predicted-vs-measured scatter")
+    ap.add_argument("--gain", nargs="+", metavar="RUN_JSON",
+                    help="write one report (--report) over launches (--out files) that ran "
+                    "chunk plans beside torch's schedules: each plan against the fastest torch "
+                    "schedule as measured, and exit")
+    ap.add_argument("--intro", help="with --gain: a markdown file put after the title")
     ap.add_argument("--profile-command", metavar="WORKLOAD",
                     help="print the command writing WORKLOAD's one-layer-per-stage problem")
     args = ap.parse_args(argv)
@@ -178,13 +190,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.example:
             print(json.dumps(example_entries(args.example), indent=1))
             return 0
+        cmd = "python scripts/measure_torch_schedules.py " + " ".join(
+            map(shlex.quote, argv if argv is not None else sys.argv[1:]))
         if args.combine:
-            cmd = "python scripts/measure_torch_schedules.py " + " ".join(
-                map(shlex.quote, argv if argv is not None else sys.argv[1:]))
             return combine(args.combine, args.report, args.png, cmd)
         if args.merge:
             print(json.dumps(merge_entries(args.merge), indent=1))
             return 0
+        if args.gain:
+            return gain(args.gain, args.report, cmd, args.intro)
         if args.predict:
             msg = _message_cpu(args.message_cpu)
             print(json.dumps(predicted_entries(args.predict, args.mode, args.op_overhead, msg),
@@ -244,11 +258,15 @@ def load_spec(args: argparse.Namespace, **settings: Any) -> tuple[dict[str, Any]
                                                                    TorchMultiSpec]:
     """The workload and a checked spec of every entry of ``args.entries``."""
     data = json.loads(Path(args.entries).read_text(encoding="utf-8"))
-    w = resolve_workload(args.workload or data.get("workload"))
-    items = data.get("entries") or []
-    if not items:
+    workload = args.workload or data.get("workload")
+    w = resolve_workload(workload)
+    every = data.get("entries") or []
+    if not every:
         raise PlanRefused(f"{args.entries}: no entries")
-    n_layers = w["layers"] if w["layers"] is not None else sum(items[0].get("partition", []))
+    chunks = chunk_entries(workload, [it for it in every if "chunk_plan" in it])
+    items = [it for it in every if "chunk_plan" not in it]
+    n_layers = (w["layers"] if w["layers"] is not None else
+                sum(items[0].get("partition", [])) if items else None)
     entries = [make_entry(it, D=D, B=w["B"], n_layers=n_layers, index=i)
                for i, it in enumerate(items)]
     base = {"dtype": args.dtype, "seed": args.seed, "rounds": args.rounds,
@@ -256,7 +274,7 @@ def load_spec(args: argparse.Namespace, **settings: Any) -> tuple[dict[str, Any]
             "threads": args.threads}
     base.update(settings)
     return w, TorchMultiSpec(run_id=uuid.uuid4().hex, model=w["model"], config=w["config"],
-                             B=w["B"], D=D, entries=entries, **base)
+                             B=w["B"], D=D, entries=entries, chunks=chunks, **base)
 
 
 def check_grads(args: argparse.Namespace) -> int:
@@ -271,12 +289,14 @@ def check_grads(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir or tmp)
         with terminate_raises():
             launch(spec, run_dir, deadline_s=args.deadline, stage_args=["--torch-multi"])
-        n = sum(spec.entries[0].partition)  # every entry covers the model (checked)
+        every = [*spec.entries, *spec.chunks]
+        n = sum(map(len, spec.chunks[0].layers)) if spec.chunks else sum(
+            spec.entries[0].partition)  # every entry covers the model (checked)
         loss, per_layer = reference_gradients(w["model"], w["config"], [1] * n, w["B"],
                                               seed=args.seed)
         ref = {f"{i}.{k[2:]}": g for i, d in enumerate(per_layer) for k, g in d.items()}
         bad = 0
-        for k, e in enumerate(spec.entries):
+        for k, e in enumerate(every):
             got: dict[str, Any] = {}
             for r in range(D):
                 got.update(torch.load(run_dir / f"grads-e{k}-r{r}.pt",
@@ -290,7 +310,7 @@ def check_grads(args: argparse.Namespace) -> int:
             bad += not ok
             print(f"{e.label:<40} {'ok ' if ok else 'BAD'} max |error| / max |grad| "
                   f"{worst:.2e}" + (f", no gradient for {missing[:3]}" if missing else ""))
-    print(f"{len(spec.entries) - bad} of {len(spec.entries)} entries give the full-batch "
+    print(f"{len(every) - bad} of {len(every)} entries give the full-batch "
           f"gradient (float64, reference loss {loss:.6f})")
     return 1 if bad else 0
 
@@ -298,7 +318,7 @@ def check_grads(args: argparse.Namespace) -> int:
 def measure(args: argparse.Namespace, argv: list[str]) -> int:
     """Check the entries, launch, summarize, write ``--out`` and ``--report``."""
     w, spec = load_spec(args)
-    entries = spec.entries
+    entries = [*spec.entries, *spec.chunks]
     command = "python scripts/measure_torch_schedules.py " + " ".join(map(shlex.quote, argv))
     print(f"{len(entries)} entries on {w['name']}: {args.warmup} warm-up + {args.rounds} "
           "rounds", file=sys.stderr, flush=True)

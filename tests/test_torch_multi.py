@@ -264,3 +264,145 @@ def test_spec_names_are_checked_as_every_runtime_spec_checks_them(tmp_path: Path
     assert spec.optimizer == "ADAM"
     with pytest.raises(PlanRefused, match="optimizer 'lion': expected one of"):
         _spec(tmp_path, optimizer="lion")
+
+
+def _layer_problem(path: Path):
+    """A per-layer tiny-mlp problem (one layer per stage, ``LAYERS`` stages, ``B``)."""
+    from umpipe_bench.problem import Link, Problem, StageCosts
+
+    sizes = tuple(range(1, B + 1))
+    prob = Problem(
+        name="tiny-mlp-l8", B=B, sizes=sizes,
+        stages=tuple(StageCosts(fwd=tuple(1e-4 * (1 + s) * m for m in sizes),
+                                bwd=tuple(2e-4 * (1 + s) * m for m in sizes),
+                                rbwd=tuple(3e-4 * (1 + s) * m for m in sizes), opt=1e-5)
+                     for s in range(LAYERS)),
+        links=(Link(act_bytes=128.0, grad_bytes=128.0, latency=1e-4, bandwidth=1e9),)
+        * (LAYERS - 1),
+        provenance={"model": "tiny-mlp", "config": {"layers": LAYERS},
+                    "layers_per_stage": [[i] for i in range(LAYERS)], "dtype": "float64",
+                    "source": "test", "device": "cpu"},
+    ).validate()
+    prob.save(path)
+    return prob
+
+
+def _chunk_plan_files(tmp_path: Path) -> list[Path]:
+    """Two unequal chunk plans for D = 2 on ``LAYERS`` layers: a V plan (stash) and a loop
+    plan (recompute), saved as plan files."""
+    from umpipe_bench.chunkplan import ChunkPlan
+
+    plans = [
+        ChunkPlan(D=2, layout="v", layers=(3, 1, 2, 2), fwd=((3, 5), (1, 2, 5), (4, 4), (8,)),
+                  bwd=((3, 5), (1, 2, 5), (4, 4), (8,)), mode="stash", split=False),
+        ChunkPlan(D=2, layout="loop", layers=(2, 2, 1, 3), fwd=((2, 6), (8,), (5, 3), (1, 7)),
+                  bwd=((8,), (4, 4), (2, 6), (3, 5)), mode="recompute", split=False,
+                  caps=(4, 8)),
+    ]
+    out = []
+    for k, plan in enumerate(plans):
+        path = tmp_path / f"plan{k}.json"
+        plan.save(path)
+        out.append(path)
+    return out
+
+
+def test_chunk_plan_entries_carry_the_device_simulators_T(tmp_path: Path) -> None:
+    from umpipe_bench.chunk_torch import simulate_plan
+    from umpipe_bench.chunkplan import ChunkPlan
+
+    prob = _layer_problem(tmp_path / "p.json")
+    files = _chunk_plan_files(tmp_path)
+    got = torch_entries.chunk_entries(str(tmp_path / "p.json"),
+                                      [{"chunk_plan": str(files[0]), "label": "mine"},
+                                       {"chunk_plan": str(files[1])}])
+    assert [e.label for e in got] == ["mine", "chunk:plan1"]
+    for e, f in zip(got, files):
+        plan = ChunkPlan.load(f)
+        assert e.T_pred == simulate_plan(prob, plan).iteration_time
+        assert [len(g) for g in e.layers] == list(plan.layers) and e.D == 2
+    spec = TorchMultiSpec(run_id="x", model="tiny-mlp", config={"layers": LAYERS}, B=B, D=2,
+                          entries=[make_entry(ENTRIES[0], D=2, B=B, n_layers=LAYERS)],
+                          chunks=got)
+    spec.save(tmp_path / "spec.json")
+    assert TorchMultiSpec.load(tmp_path / "spec.json") == spec
+    with pytest.raises(PlanRefused, match="share the label"):
+        TorchMultiSpec(run_id="x", model="tiny-mlp", config={}, B=B, D=2, entries=[],
+                       chunks=[got[0], got[0]])
+    with pytest.raises(PlanRefused, match="sum to B = 4"):
+        TorchMultiSpec(run_id="x", model="tiny-mlp", config={}, B=4, D=2, entries=[],
+                       chunks=got[:1])
+    with pytest.raises(PlanRefused, match="chunk entry 0: .*does not exist"):
+        torch_entries.chunk_entries(str(tmp_path / "p.json"), [{"chunk_plan": "nope.json"}])
+    with pytest.raises(PlanRefused, match="profiled problem"):
+        torch_entries.chunk_entries({"model": "tiny-mlp", "B": B},
+                                    [{"chunk_plan": str(files[0])}])
+
+
+@pytest.mark.runtime
+def test_chunk_plans_and_torch_schedules_in_one_launch_give_the_full_batch_gradient(
+        tmp_path: Path) -> None:
+    """scripts/measure_torch_schedules.py --check-grads on torch entries and chunk plans run by
+    our runtime in the same launch: every entry's gradients are the full-batch ones; a timed
+    launch reports the chunk plans with their T_pred beside torch's entries."""
+    pytest.importorskip("torch")
+    _layer_problem(tmp_path / "p.json")
+    files = _chunk_plan_files(tmp_path)
+    entries = tmp_path / "entries.json"
+    entries.write_text(json.dumps({"workload": str(tmp_path / "p.json"), "entries": [
+        ENTRIES[1], {"chunk_plan": str(files[0])}, ENTRIES[5], {"chunk_plan": str(files[1])}]}))
+    script = [sys.executable, str(ROOT / "scripts" / "measure_torch_schedules.py"), str(entries)]
+    done = subprocess.run([*script, "--check-grads", "--timeout", "60"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 of 4 entries give the full-batch gradient" in done.stdout
+    assert done.stdout.count(" ok ") == 4
+    done = subprocess.run([*script, "--rounds", "2", "--warmup", "0", "--timeout", "60",
+                           "--out", "out.json", "--report", "r.md"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {r["label"]: r for r in
+            json.loads((tmp_path / "out.json").read_text())["summary"]["rows"]}
+    assert set(rows) >= {"chunk:plan0", "chunk:plan1"} and len(rows) == 4
+    assert rows["chunk:plan0"]["torch_class"] is None
+    assert rows["chunk:plan0"]["partition"] == [3, 1, 2, 2]
+    assert rows["chunk:plan1"]["T_pred"] > 0
+    assert "chunk plan, our runtime" in (tmp_path / "r.md").read_text()
+
+
+def test_gain_page_names_the_fastest_torch_schedule_as_measured(tmp_path: Path) -> None:
+    """Three launches where the plan runs 0.8 of one torch entry and 0.5 of the other in every
+    round: the faster torch entry as measured is named and the speedups are 1.25 and 2.0 with
+    degenerate intervals; launches of other entries are refused."""
+    paths = []
+    for k in range(3):
+        base = [0.10 + 0.01 * i + 0.003 * k for i in range(5)]
+        entries = [
+            {"label": "slow", "torch_class": "ScheduleGPipe", "T_pred": 0.2,
+             "times": [2 * t / 0.8 * 0.8 for t in base]},
+            {"label": "fast", "torch_class": "Schedule1F1B", "T_pred": 0.15,
+             "times": [t / 0.8 for t in base]},
+            {"label": "plan", "torch_class": None, "T_pred": 0.1, "times": base,
+             "rank_times": [[0.05] * 5, base]},
+        ]
+        run = {"command": f"launch {k}", "date": "d", "load_before": "1", "load_after": "1",
+               "workload": {"name": "w", "model": "m", "config": {}, "B": 8}, "threads": 1,
+               "dtype": "float32", "optimizer": "adam", "torch": "t",
+               "result": {"rounds": 5, "warmup": 1, "entries": entries}}
+        paths.append(tmp_path / f"r{k}.json")
+        paths[-1].write_text(json.dumps(run))
+    out = tmp_path / "gain.md"
+    assert torch_report.gain([str(p) for p in paths], str(out), "cmd") == 0
+    text = out.read_text()
+    assert "The fastest torch schedule as measured: **fast**." in text
+    assert "| plan | **fast** | **1.250** | [1.250, 1.250] | 1.250, 1.250, 1.250 | 1.500 |" \
+        in text
+    assert "| plan | slow | 2.000 | [2.000, 2.000] | 2.000, 2.000, 2.000 | 2.000 |" in text
+    # pooled over the launches: the 8th of 15 rounds; per rank, each rank's own median
+    row = next(x for x in text.splitlines() if x.startswith("| plan | our runtime |"))
+    assert row.split(" | ")[3] == "123.0" and row.split(" | ")[6] == "50.0, 123.0"
+    run = json.loads(paths[2].read_text())
+    run["result"]["entries"] = run["result"]["entries"][1:]
+    paths[2].write_text(json.dumps(run))
+    with pytest.raises(PlanRefused, match="not a launch of the entries"):
+        torch_report.gain([str(p) for p in paths], str(out), "cmd")

@@ -37,6 +37,7 @@ __all__ = [
     "ChunkEntry",
     "ChunkRunSpec",
     "Stream",
+    "check_chunk_entries",
     "chunk_entry",
     "chunk_spec_for_problem",
     "make_chunk_spec",
@@ -71,6 +72,8 @@ class ChunkEntry:
     lists: list[list[str]]
     plan: dict[str, Any] = field(default_factory=dict)
     check_complete: bool = True
+    #: the device simulator's T, where a launch reports it beside the measured times
+    T_pred: float | None = None
 
     @property
     def C(self) -> int:
@@ -158,6 +161,16 @@ def chunk_entry(label: str, plan: ChunkPlan, stage_groups: Sequence[Sequence[int
         wgt=[list(r) for r in wgt], lists=chunk_order(plan).names(), plan=plan.to_dict())
 
 
+def check_chunk_entries(entries: Sequence[ChunkEntry], D: int, B: int) -> None:
+    """Refuse an entry a launch of ``D`` processes on a batch of ``B`` cannot run."""
+    for e in entries:
+        if e.D != D:
+            raise PlanRefused(f"chunk plan {e.label!r} is for D = {e.D} devices; the run "
+                              f"has D = {D}")
+        if any(sum(p) != B for p in (*e.fwd, *e.bwd, *e.wgt)):
+            raise PlanRefused(f"chunk plan {e.label!r}: partitions must sum to B = {B}")
+
+
 @dataclass
 class ChunkRunSpec(RunSettings):
     """Everything the device processes of one launch need (JSON); ``D`` processes."""
@@ -178,13 +191,7 @@ class ChunkRunSpec(RunSettings):
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:
             raise PlanRefused(f"two plans share the label {dup[0]!r}")
-        for e in self.entries:
-            if e.D != self.D:
-                raise PlanRefused(f"chunk plan {e.label!r} is for D = {e.D} devices; the run "
-                                  f"has D = {self.D}")
-            if any(sum(p) != self.B for p in (*e.fwd, *e.bwd, *e.wgt)):
-                raise PlanRefused(f"chunk plan {e.label!r}: partitions must sum to B = "
-                                  f"{self.B}")
+        check_chunk_entries(self.entries, self.D, self.B)
 
     @property
     def S(self) -> int:

@@ -9,6 +9,8 @@ torch class, M, partition, v, optionally ``T_pred``):
   simulator, with its predicted T;
 * :func:`calibration_entries`: GPipe at every M dividing B, to fit the per-action overhead
   (:func:`fit_overhead`, from the device simulator's T of measured rows, :func:`predict_rows`);
+* :func:`chunk_entries`: the entries ``{"chunk_plan": FILE}`` of a file, chunk plans that the
+  same launch runs through the runtime's own executor, with the device simulator's T;
 * :func:`example_entries`: every schedule at a few M on even partitions;
 * :func:`profile_command`: the ``umpipe-bench profile`` command of a named workload's
   one-layer-per-stage problem.
@@ -33,8 +35,8 @@ from ..torch_schedules import TORCH_SCHEDULES
 from .errors import PlanRefused
 from .torch_schedules import WORKLOADS
 
-__all__ = ["D", "calibration_entries", "example_entries", "fit_overhead", "predict_rows",
-           "predicted_entries", "profile_command", "resolve_workload"]
+__all__ = ["D", "calibration_entries", "chunk_entries", "example_entries", "fit_overhead",
+           "predict_rows", "predicted_entries", "profile_command", "resolve_workload"]
 
 #: ranks of a measured run
 D = 2
@@ -96,6 +98,39 @@ def predicted_entries(problem_name: str, mode: str, op_overhead: float = 0.0,
                            "op_overhead": op_overhead}
     if msg != (0.0, 0.0):
         out["message_cpu"] = list(msg)
+    return out
+
+
+def chunk_entries(workload: Any, items: list[dict[str, Any]]) -> list[Any]:
+    """The chunk plans of an entries file's ``{"chunk_plan": FILE[, "label"]}`` items as
+    :class:`.chunk_job.ChunkEntry` objects, each checked against the workload's per-layer
+    problem (which must be a profiled problem: its stages are the layers the plan's chunks
+    group) and carrying the device simulator's T (``T_pred``)."""
+    from ..chunk_torch import simulate_plan
+    from .chunk_execution import load_chunk_plans
+    from .chunk_job import chunk_spec_for_problem
+
+    if not items:
+        return []
+    if not isinstance(workload, str):
+        raise PlanRefused("an entry with field 'chunk_plan' needs field 'workload' to name a "
+                          f"profiled problem (its layers), got {workload!r}")
+    problem = get_problem(workload)
+    out = []
+    for i, item in enumerate(items):
+        path = item["chunk_plan"]
+        if not isinstance(path, str):
+            raise PlanRefused(f"chunk entry {i}: field 'chunk_plan' must be a chunk plan file "
+                              f"name, got {path!r}")
+        try:
+            ((stem, plan),) = load_chunk_plans([path], D)
+            plan.validate(problem)
+        except UmpipeError as exc:
+            raise PlanRefused(f"chunk entry {i}: {exc}") from None
+        label = str(item.get("label") or f"chunk:{stem}")
+        (entry,) = chunk_spec_for_problem(problem, [(label, plan)]).entries
+        entry.T_pred = simulate_plan(problem, plan).iteration_time
+        out.append(entry)
     return out
 
 

@@ -11,6 +11,10 @@ parameters, so holding many entries costs no extra parameter memory. The loss is
 that received a gradient (every gradient is reset to ``None`` before an iteration), i.e.
 this rank's chunks of the entry just run.
 
+The spec's ``chunks`` (chunk plans) run in the same launch through the runtime's own
+executor (:class:`ChunkPlanRunner`: :mod:`.chunk_worker`'s wiring on the same layer objects,
+its streams on communicators of their own), after the torch entries in the entry order.
+
 Round ``k`` runs every entry once, starting at entry ``k mod E``, so drift of the machine hits
 all entries alike. An iteration is timed on every rank from a barrier to the end of its own
 step and optimizer update; the iteration's time is the slowest rank's.
@@ -36,12 +40,14 @@ import torch.distributed as dist
 from torch import nn
 
 from ..layout import device_chunks
+from .chunk_job import ChunkEntry, stream_slots
+from .chunk_worker import _EntryWiring, _layer_shapes
 from .errors import PlanRefused
 from .stages import parse_dtype
 from .torch_schedules import TorchEntry, TorchMultiSpec, chunk_layers
 from .worker import FAULT_ENV, _optimizer, run_rank_main
 
-__all__ = ["TorchScheduleRunner", "main", "run_rank"]
+__all__ = ["ChunkPlanRunner", "TorchScheduleRunner", "main", "run_rank"]
 
 
 class TorchScheduleRunner:
@@ -95,6 +101,51 @@ class TorchScheduleRunner:
         return None
 
 
+class ChunkPlanRunner:
+    """One chunk plan on one rank, run by the runtime's executor (:mod:`.chunk_worker`), with
+    the interface of :class:`TorchScheduleRunner`."""
+
+    def __init__(self, wiring: _EntryWiring, spec: TorchMultiSpec, rank: int,
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 inputs: torch.Tensor, targets: torch.Tensor) -> None:
+        self.entry: ChunkEntry = wiring.entry
+        self.wiring, self.spec, self.rank, self.loss_fn = wiring, spec, rank, loss_fn
+        self.inputs, self.targets = inputs, targets
+        self.layer_ids = [i for c in wiring.mine for i in self.entry.layers[c]]
+        self.prefetch = spec.prefetch and spec.backend == "gloo"
+
+    def step(self) -> float | None:
+        """One iteration; on the rank holding the last chunk, the full-batch loss."""
+        runner, prefetchers, _ = self.wiring.runner(self.spec, self.loss_fn, self.inputs,
+                                                    self.targets, None, self.prefetch)
+        stats = runner.run(self.entry.lists[self.rank])
+        self.wiring.finish(prefetchers)
+        return stats.loss
+
+
+def _chunk_runners(spec: TorchMultiSpec, rank: int, layers: list[nn.Module],
+                   loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                   device: torch.device, inputs: torch.Tensor, targets: torch.Tensor
+                   ) -> list[ChunkPlanRunner]:
+    """The spec's chunk plans on this rank (every rank creates every stream's communicator,
+    in one order)."""
+    if not spec.chunks:
+        return []
+    n = len(layers)
+    for c in spec.chunks:
+        if sorted(i for g in c.layers for i in g) != list(range(n)):
+            raise PlanRefused(f"chunk plan {c.label!r}: its chunks hold layers {c.layers} but "
+                              f"{spec.model} has {n} layers")
+    shapes = _layer_shapes(layers, inputs[:1])
+    pairs, slots = stream_slots(spec.chunks)
+    timeout = timedelta(seconds=spec.timeout_s)
+    groups = [dist.new_group(sorted({a, b}), timeout=timeout) for a, b in pairs]
+    held = dict(enumerate(layers))
+    return [ChunkPlanRunner(_EntryWiring(c, slots[k], rank, held, shapes, groups, device),
+                            spec, rank, loss_fn, inputs, targets)
+            for k, c in enumerate(spec.chunks)]
+
+
 def _fault(rank: int) -> None:
     """Test hook: ``UMPIPE_FAULT=raise:<rank>`` or ``hang:<rank>`` before the first round."""
     spec = os.environ.get(FAULT_ENV, "")
@@ -134,10 +185,11 @@ def run_rank(spec: TorchMultiSpec, rank: int, world: int) -> dict[str, Any] | No
                               f"{sum(e.partition)} layers but {spec.model} has {len(layers)}")
     inputs, targets = model.sample_batch(spec.B, dict(spec.config), spec.seed, dtype)
     inputs, targets = inputs.to(device), targets.to(device)
-    runners = [
+    runners: list[TorchScheduleRunner | ChunkPlanRunner] = [
         TorchScheduleRunner(e, rank, spec.D, spec.B, layers, model.loss, device, inputs, targets)
         for e in spec.entries
     ]
+    runners += _chunk_runners(spec, rank, layers, model.loss, device, inputs, targets)
     params = [p for m in layers for p in m.parameters() if p.requires_grad]
     opt = _optimizer(spec.optimizer, params, spec.lr)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -195,8 +247,8 @@ def run_rank(spec: TorchMultiSpec, rank: int, world: int) -> dict[str, Any] | No
 
 
 def _dump_grads(
-    out_dir: Path, k: int, rank: int, layers: list[nn.Module], runner: TorchScheduleRunner,
-    loss: float | None,
+    out_dir: Path, k: int, rank: int, layers: list[nn.Module],
+    runner: TorchScheduleRunner | ChunkPlanRunner, loss: float | None,
 ) -> None:
     """This rank's gradients of entry ``k``, keyed ``"<layer>.<parameter>"`` (layer = index in
     the whole model), for the correctness check against the full-batch reference."""
@@ -213,18 +265,23 @@ def _result(
 ) -> dict[str, Any]:
     """Rank 0's summary: per entry the per-round times (slowest rank) and per-rank times."""
     entries = []
-    for k, e in enumerate(spec.entries):
+    for k, e in enumerate([*spec.entries, *spec.chunks]):
         wall = allr[:, k, : spec.rounds, 0]  # [rank, round]
         loss = allr[:, k, : spec.rounds, 1]
         holder = [r for r in range(allr.shape[0]) if not torch.isnan(loss[r]).all()]
+        if isinstance(e, ChunkEntry):
+            what = {"torch_class": None, "M": None, "partition": [len(g) for g in e.layers],
+                    "v": None, "engine": "umpipe", "chunk_plan": e.plan,
+                    "chunks_per_rank": [[c for c in range(e.C) if e.devices[c] == r]
+                                        for r in range(spec.D)]}
+        else:
+            what = {"torch_class": e.torch_class, "M": e.M, "partition": e.partition,
+                    "v": e.v, "chunks_per_rank": [list(cs) for cs in
+                                                  device_chunks(e.kind.layout, spec.D, e.v)]}
         entries.append({
             "label": e.label,
-            "torch_class": e.torch_class,
-            "M": e.M,
-            "partition": e.partition,
-            "v": e.v,
+            **what,
             "T_pred": e.T_pred,
-            "chunks_per_rank": [list(cs) for cs in device_chunks(e.kind.layout, spec.D, e.v)],
             "times": wall.max(dim=0).values.tolist(),
             "rank_times": wall.tolist(),
             "loss": loss[holder[0]].tolist() if holder else [],

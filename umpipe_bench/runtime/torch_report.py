@@ -6,7 +6,9 @@
 correlation; :func:`report` writes that run's page. :func:`combine` makes one page (and a
 scatter) over several runs of several workloads, each prediction made as profiled, with the
 per-action overhead fitted to the workload's calibration run (:mod:`.torch_entries`), and on
-the runtime-calibrated problem (:mod:`.calibration`).
+the runtime-calibrated problem (:mod:`.calibration`); :func:`gain` one page over launches that
+ran chunk plans beside torch's schedules: each plan against the fastest torch schedule as
+measured.
 
 Imports no torch (matplotlib only for the scatter).
 """
@@ -23,10 +25,11 @@ import numpy as np
 from ..problem import atomic_write_text
 from ..registry import get_problem
 from .calibration import runtime_model
-from .stats import bootstrap_median, spearman
+from .errors import PlanRefused
+from .stats import bootstrap_median, paired_ratios, spearman
 from .torch_entries import D, fit_overhead, predict_rows, predicted_entries
 
-__all__ = ["combine", "report", "summarize"]
+__all__ = ["combine", "gain", "report", "summarize"]
 
 
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +79,8 @@ def report(command: str, meta: dict[str, Any], summary: dict[str, Any]) -> str:
         pred = "-" if r["T_pred"] is None else f"{r['T_pred'] * 1e3:.1f}"
         err = "-" if r["T_pred"] is None else f"{r['rel_error'] * 100:.1f} %"
         lines.append(
-            f"| {r['label']} | {r['torch_class']} | {r['M']} | {r['partition']} | "
+            f"| {r['label']} | {r['torch_class'] or 'chunk plan, our runtime'} | "
+            f"{r['M'] or '-'} | {r['partition']} | "
             f"{r['median'] * 1e3:.1f} | [{r['low'] * 1e3:.1f}, {r['high'] * 1e3:.1f}] | "
             f"{pred} | {err} |")
     lines.append("")
@@ -242,4 +246,96 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
         lines += ["", f"![predicted vs measured]({Path(png).name})"]
     atomic_write_text(report_path, "\n".join(lines) + "\n")
     print(f"wrote {report_path}" + (f" and {png}" if png else ""), file=sys.stderr)
+    return 0
+
+
+def gain(paths: list[str], report_path: str, command: str, intro: str | None = None) -> int:
+    """One page over launches of the same entries, chunk plans (our runtime) among torch's
+    schedules (``--out`` files of ``scripts/measure_torch_schedules.py``).
+
+    An entry's rounds are pooled over the launches: its time is their median, with a
+    percentile-bootstrap 95 % interval, beside each launch's median. The fastest torch schedule
+    *as measured* is the torch entry of the smallest pooled median; each chunk plan's speedup
+    over it is the median of the per-round ratios ``T_torch / T_plan`` (both ran in the same
+    round of the same launch), pooled over the launches, with its bootstrap interval, and the
+    same over every other torch entry. ``intro`` (a markdown file) goes after the title."""
+    runs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    labels = [e["label"] for e in runs[0]["result"]["entries"]]
+    for path, run in zip(paths, runs):
+        got = [e["label"] for e in run["result"]["entries"]]
+        if sorted(got) != sorted(labels) or run["workload"] != runs[0]["workload"]:
+            raise PlanRefused(f"--gain {path}: not a launch of the entries and workload of "
+                              f"{paths[0]}")
+    by = [{e["label"]: e for e in run["result"]["entries"]} for run in runs]
+    times = {lab: [t for b in by for t in b[lab]["times"]] for lab in labels}
+    iv = {lab: bootstrap_median(times[lab]) for lab in labels}
+    first = by[0]
+    plans = [lab for lab in labels if first[lab]["torch_class"] is None]
+    torch_ = [lab for lab in labels if first[lab]["torch_class"] is not None]
+    if not plans or not torch_:
+        raise PlanRefused(f"--gain {paths[0]}: expected chunk plan entries and torch entries "
+                          "in one launch")
+    fastest = min(torch_, key=lambda lab: iv[lab].median)
+
+    def ratio(base: str, plan: str) -> Any:
+        return bootstrap_median(np.concatenate([paired_ratios(b[base]["times"], b[plan]["times"])
+                                                for b in by]))
+
+    w, r0 = runs[0]["workload"], runs[0]
+    lines = ["# A planned chunk plan against torch's schedules, measured", ""]
+    if intro:
+        lines += [Path(intro).read_text(encoding="utf-8").rstrip(), ""]
+    lines += [
+        f"Regenerate the page: `{command}`. The launches (each one runs every entry, in "
+        "rotating rounds):", ""]
+    for run in runs:
+        lines.append(f"- `{run['command']}` ({run['date']}; load average {run['load_before']} "
+                     f"before, {run['load_after']} after; {run['result']['rounds']} rounds "
+                     f"after {run['result']['warmup']} warm-up)")
+    lines += [
+        "", f"Workload `{w['name']}`: model `{w['model']}`, config `{json.dumps(w['config'])}`, "
+        f"B = {w['B']}; D = {D} processes (gloo), {r0['threads']} thread(s) each, "
+        f"{r0['dtype']}, optimizer {r0['optimizer']}, torch {r0['torch']}. torch's schedules "
+        "run by torch.distributed.pipelining, the chunk plans by our runtime, in the same "
+        "launches and rounds on the same parameters and batch. An iteration: from a barrier "
+        "to the end of the slowest rank's step and optimizer update. Measured: the median "
+        f"over all {len(times[labels[0]])} rounds of the {len(runs)} launches, with a "
+        "percentile-bootstrap 95 % interval; per rank: the median of each rank's own time "
+        "(barrier to the end of its step and update); predicted: the device simulator on the "
+        "workload's per-layer profile.", "",
+        "| entry | engine | predicted (ms) | measured (ms) | 95 % interval (ms) | per launch "
+        "(ms) | per rank (ms) | measured / predicted |", "|---|---|---:|---:|---|---|---|---:|"]
+    for lab in sorted(labels, key=lambda x: iv[x].median):
+        e, i = first[lab], iv[lab]
+        pred = e["T_pred"]
+        engine = "our runtime" if e["torch_class"] is None else e["torch_class"]
+        per = ", ".join(f"{float(np.median(b[lab]['times'])) * 1e3:.1f}" for b in by)
+        ranks = "-"
+        if all("rank_times" in b[lab] for b in by):  # each rank's own step, pooled rounds
+            ranks = ", ".join(
+                f"{float(np.median([t for b in by for t in b[lab]['rank_times'][r]])) * 1e3:.1f}"
+                for r in range(len(e["rank_times"])))
+        lines.append(
+            f"| {lab} | {engine} | {'-' if pred is None else f'{pred * 1e3:.1f}'} | "
+            f"{i.median * 1e3:.1f} | [{i.low * 1e3:.1f}, {i.high * 1e3:.1f}] | {per} | "
+            f"{ranks} | {'-' if pred is None else f'{i.median / pred:.3f}'} |")
+    lines += ["", "Speedup of each chunk plan, measured: the median of the per-round ratios "
+              "(torch entry / plan, same round), pooled over the launches, with its bootstrap "
+              "95 % interval; predicted: the ratio of the device simulator's T. The fastest "
+              f"torch schedule as measured: **{fastest}**.", "",
+              "| plan | vs | measured speedup | 95 % interval | per launch | predicted |",
+              "|---|---|---:|---|---|---:|"]
+    for plan in plans:
+        for base in sorted(torch_, key=lambda x: iv[x].median):
+            r = ratio(base, plan)
+            per = ", ".join(
+                f"{float(np.median(paired_ratios(b[base]['times'], b[plan]['times']))):.3f}"
+                for b in by)
+            p_b, p_p = first[base]["T_pred"], first[plan]["T_pred"]
+            pred = "-" if p_b is None or p_p is None else f"{p_b / p_p:.3f}"
+            star = "**" if base == fastest else ""
+            lines.append(f"| {plan} | {star}{base}{star} | {star}{r.median:.3f}{star} | "
+                         f"[{r.low:.3f}, {r.high:.3f}] | {per} | {pred} |")
+    atomic_write_text(report_path, "\n".join(lines) + "\n")
+    print(f"wrote {report_path}", file=sys.stderr)
     return 0

@@ -26,6 +26,7 @@ from ..torch_schedules import (
     check,
     schedule_info,
 )
+from .chunk_job import ChunkEntry, check_chunk_entries
 from .errors import PlanRefused
 from .spec import JsonSpec, check_run_names
 
@@ -165,7 +166,13 @@ def make_entry(
 @dataclass
 class TorchMultiSpec(JsonSpec):
     """Everything the processes of one torch-schedules launch need (JSON), one rank per
-    process. ``D`` is the world size; each entry brings its own partition into chunks."""
+    process. ``D`` is the world size; each entry brings its own partition into chunks.
+
+    ``chunks`` are chunk plans (:class:`.chunk_job.ChunkEntry`) that the same launch runs
+    through the runtime's own executor (:mod:`.chunk_worker`'s wiring), in the same rotating
+    rounds as the torch entries, on the same parameters, batch, threads and optimizer: the
+    planned plan against torch's schedules in one launch. ``prefetch`` is theirs (receive
+    threads on gloo, as ``execute`` runs them)."""
 
     ENTRY: ClassVar[type] = TorchEntry
 
@@ -186,13 +193,22 @@ class TorchMultiSpec(JsonSpec):
     threads: int = 1
     out_dir: str = "."
     dump_grads: bool = False
+    chunks: list[ChunkEntry] = field(default_factory=list)
+    prefetch: bool = True
 
     def __post_init__(self) -> None:
         check_run_names(self)
-        labels = [e.label for e in self.entries]
+        check_chunk_entries(self.chunks, self.D, self.B)
+        labels = [e.label for e in (*self.entries, *self.chunks)]
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:
             raise PlanRefused(f"two entries share the label {dup[0]!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        data = dict(data)
+        data["chunks"] = [ChunkEntry(**c) for c in data.get("chunks", [])]
+        return super().from_dict(data)
 
     @property
     def S(self) -> int:
