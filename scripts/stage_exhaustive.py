@@ -16,35 +16,20 @@ stage's composition included) improves that plan.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from plan_speed import parse_seeds  # scripts/ (this script's folder)
 
+from umpipe_bench.bench.best_known import BestKnown, BestKnownError
 from umpipe_bench.codec import partitions_to_bits
 from umpipe_bench.planners.evaluation.objective import FamilyObjective, Genomes
 from umpipe_bench.registry import get_planner, get_problem
 
 MAX_B = 20
-
-
-def seeds_arg(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        a, _, b = part.partition("-")
-        out += list(range(int(a), int(b or a) + 1))
-    return out
-
-
-def best_known(problem: str, mode: str) -> float | None:
-    path = Path(__file__).resolve().parents[1] / "umpipe_bench/problems/best_known.json"
-    for e in json.loads(path.read_text(encoding="utf-8"))["entries"]:
-        if (e["problem"], e["mode"], e["family"]) == (problem, mode, "capped"):
-            return float(e["value"])
-    return None
 
 
 def sweep(obj: FamilyObjective, F: np.ndarray, Bb: np.ndarray, K: np.ndarray, T: float,
@@ -91,9 +76,12 @@ def main(argv: list[str] | None = None) -> int:
               "(2^(B-1) compositions per stage)", file=sys.stderr)
         return 2
     obj = FamilyObjective(problem, a.mode)
-    ref = best_known(a.problem, a.mode)
+    try:
+        ref: float | None = BestKnown().value(a.problem, a.mode, "capped")
+    except BestKnownError:
+        ref = None
     rows = []
-    for seed in seeds_arg(a.seeds):
+    for seed in parse_seeds(a.seeds):
         res = get_planner("tidgap").plan(problem, mode=a.mode, seed=seed)
         plan = res.plan
         F = partitions_to_bits(plan.fwd, problem.B)
