@@ -37,7 +37,10 @@ Costs per chunk and size come from the chunk problem (:func:`umpipe_bench.layout
 ``F`` ``fwd``; ``B`` the mode's backward (``bwd``, far factor as in docs/MODEL.md §1b when
 the device's previous operation is not the forward of the same chunk and samples; ``rbwd``
 in recompute mode); ``I`` ``ibwd`` (stash) or ``ribwd`` (recompute); ``W`` ``wbwd``; each at
-the action's own size.
+the action's own size, except a ``W`` of chunk 0 covering several ``I`` microbatches: the first
+chunk's ``W`` is each microbatch's whole backward, so it costs the sum of ``wbwd`` at the sizes
+of the ``I`` microbatches it covers (a later chunk's ``W`` runs as one call over all their
+samples, :func:`umpipe_bench.runtime.split_backward.weight_grad_many`).
 
 Memory per device (docs/MODEL.md §1c): static bytes of its chunks plus what its microbatches
 hold. Stash: ``F`` adds the chunk's saved activations, ``B`` frees them, ``I`` frees all but
@@ -385,6 +388,12 @@ def simulate_devices(
                 m = cparts[c][_PART[a.kind]][j]
                 if a.kind == "F":
                     cost = fwd[c, m]
+                elif a.kind == "W" and c == 0 and not same:
+                    # the first chunk's W is each covered I microbatch's whole backward
+                    cost = 0.0
+                    for k in w_own[0][j]:
+                        lo, hi = rng[0][1][k]
+                        cost += wgt[0, hi - lo]  # type: ignore[index]
                 elif a.kind == "W":
                     cost = wgt[c, m]  # type: ignore[index]
                 else:

@@ -13,7 +13,8 @@ pass of which chunk's microbatch runs next. For an action of chunk ``c`` over sa
 * ``I``: the same, but only the input gradient is computed; what ``W`` needs is kept
   (:mod:`.split_backward`);
 * ``W``: the parameter gradients of the ``I`` microbatches it covers (one or more consecutive
-  ones: ``R[c]`` coarsens ``Q[c]``).
+  ones: ``R[c]`` coarsens ``Q[c]``), as one call over all their samples where a cut allows
+  (:func:`.split_backward.weight_grad_many`).
 
 Memory modes: ``stash`` keeps each forward microbatch's graph until its ``B`` or ``I``
 (``Q[c] = P[c]``); ``recompute`` runs forwards under ``no_grad`` keeping only the chunk's
@@ -46,7 +47,7 @@ from ..errors import ExecutionError
 from .chunk_job import ChunkEntry
 from .executor import IterStats
 from .rechunk import ChunkStream, SampleBuffer
-from .split_backward import WeightWork, first_chunk_work, input_grad, weight_grad
+from .split_backward import WeightWork, first_chunk_work, input_grad, weight_grad_many
 
 __all__ = ["ChunkLinks", "DeviceRunner", "LocalLink", "Outlet", "Receive", "run_in_order"]
 
@@ -261,13 +262,14 @@ class DeviceRunner:
         ch.pending.append((a, b, work))
 
     def _weight_pass(self, ch: _Chunk, j: int, a: int, b: int) -> None:
-        at = a
+        at, works = a, []
         while at < b:
             if not ch.pending or ch.pending[0][0] != at or ch.pending[0][1] > b:
                 raise RuntimeError(f"{self.current}: W covers samples [{a}, {b}) but the I "
                                    f"passes of [{at}, {b}) have not all run")
             _, at, work = ch.pending.popleft()
-            weight_grad(work)
+            works.append(work)
+        weight_grad_many(works)
 
     # ------------------------------------------------------------------ the list
     def step(self, action: str) -> None:

@@ -29,6 +29,18 @@ retains the graph, because a later group's walk may pass through nodes an earlie
 The first chunk's input needs no gradient: its ``I`` computes nothing and keeps the output
 and its gradient, and its ``W`` is the whole backward to the parameters
 (:func:`first_chunk_work`), as torch's first pipeline stage does.
+
+**One ``W`` over several ``I`` microbatches** (:func:`weight_grad_many`). A weight gradient is
+a sum over samples, so a ``W`` covering microbatches ``q_1 .. q_k`` can run as one call over
+their ``q_1 + .. + q_k`` samples instead of ``k`` calls. Each microbatch has its own graph, so
+autograd cannot do that; :func:`weight_grad_many` does it at every cut of a kind whose weight
+gradient is one kernel over the samples it saved: a Linear's ``addmm``/``mm`` (the kept output
+gradients and the saved inputs, concatenated, give ``dW = G^T X`` as one product), a
+convolution (one ``convolution_backward`` over the concatenated inputs and gradients) and a
+LayerNorm (one ``native_layer_norm_backward``). A cut of another kind, a group of several cuts
+(shared parameters), or graphs that differ between the microbatches run per microbatch as
+:func:`weight_grad` does; so does the first chunk, whose ``W`` is each microbatch's whole
+backward. The model charges the same (docs/MODEL.md §1c).
 """
 
 from __future__ import annotations
@@ -39,7 +51,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.autograd.graph import GradientEdge, Node
 
-__all__ = ["Cut", "WeightWork", "cut_groups", "first_chunk_work", "input_grad", "weight_grad"]
+__all__ = ["Cut", "WeightWork", "batched_kind", "cut_groups", "first_chunk_work", "input_grad",
+           "weight_grad", "weight_grad_many"]
 
 Grads = tuple[torch.Tensor | None, ...]
 
@@ -166,6 +179,31 @@ def _accumulate(p: torch.nn.Parameter, g: torch.Tensor | None) -> None:
         p.grad.add_(g)
 
 
+def _group_grad(group: list[Cut]) -> None:
+    """The parameter gradients below one group of cuts of one microbatch, from their kept
+    gradients (module docstring)."""
+    reached = [c for c in group if c.grads is not None]
+    if not reached:
+        return  # no gradient arrived at these cuts: their parameters get none from here
+    roots, grads = [], []
+    for c in reached:
+        for i, g in enumerate(c.grads or ()):
+            if g is not None:
+                roots.append(GradientEdge(c.node, i))
+                grads.append(g)
+    params = list({id(p): p for c in reached for p in c.params}.values())
+    handles = []
+    if len(reached) > 1:  # walks between the cuts must not add to their kept gradients
+        handles = [c.node.register_prehook(lambda _g, kept=c.grads: kept) for c in reached]
+    try:
+        got = torch.autograd.grad(roots, params, grads, retain_graph=True, allow_unused=True)
+    finally:
+        for h in handles:
+            h.remove()
+    for p, g in zip(params, got):
+        _accumulate(p, g)
+
+
 def weight_grad(work: WeightWork) -> None:
     """``W``: the parameter gradients of one microbatch, accumulated into ``.grad``; the
     microbatch's graph is released (module docstring)."""
@@ -177,24 +215,134 @@ def weight_grad(work: WeightWork) -> None:
         return
     groups, work.groups = work.groups, []
     for group in groups:
-        reached = [c for c in group if c.grads is not None]
-        if not reached:
-            continue  # no gradient arrived at these cuts: their parameters get none from here
-        roots, grads = [], []
-        for c in reached:
-            for i, g in enumerate(c.grads or ()):
-                if g is not None:
-                    roots.append(GradientEdge(c.node, i))
-                    grads.append(g)
-        params = list({id(p): p for c in reached for p in c.params}.values())
-        handles = []
-        if len(reached) > 1:  # walks between the cuts must not add to their kept gradients
-            handles = [c.node.register_prehook(lambda _g, kept=c.grads: kept) for c in reached]
-        try:
-            got = torch.autograd.grad(roots, params, grads, retain_graph=True,
-                                      allow_unused=True)
-        finally:
-            for h in handles:
-                h.remove()
-        for p, g in zip(params, got):
-            _accumulate(p, g)
+        _group_grad(group)
+
+
+def _leaf_param(node: Node | None) -> torch.Tensor | None:
+    """The leaf an ``AccumulateGrad`` node accumulates into (None for anything else)."""
+    return None if node is None else getattr(node, "variable", None)
+
+
+def _weight_through_t(node: Node | None) -> torch.Tensor | None:
+    """The leaf under ``TBackward0 -> AccumulateGrad`` (a Linear's ``weight.t()``)."""
+    if node is None or type(node).__name__ != "TBackward0" or len(node.next_functions) != 1:
+        return None
+    return _leaf_param(node.next_functions[0][0])
+
+
+#: per cut kind: (where its weight, bias sit among the node's inputs, the saved input's name)
+_KINDS = {
+    "AddmmBackward0": (2, 0, "_saved_mat1"),
+    "MmBackward0": (1, None, "_saved_self"),
+    "ConvolutionBackward0": (1, 2, "_saved_input"),
+    "NativeLayerNormBackward0": (1, 2, "_saved_input"),
+}
+
+
+def _slots(cut: Cut) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
+    """``(weight, bias)`` of a cut whose weight gradient :func:`weight_grad_many` computes
+    over several microbatches in one call, or None (another kind, or a structure other than
+    the kind's own: a parameter behind a view, a weight that is not a leaf)."""
+    kind = _KINDS.get(type(cut.node).__name__)
+    if kind is None:
+        return None
+    wi, bi, _ = kind
+    nxt = [k for k, _ in cut.node.next_functions]
+    if type(cut.node).__name__ in ("AddmmBackward0", "MmBackward0"):
+        w = _weight_through_t(nxt[wi])
+        if type(cut.node).__name__ == "AddmmBackward0" and (
+                cut.node._saved_alpha != 1 or cut.node._saved_beta != 1):
+            return None
+    else:
+        w = _leaf_param(nxt[wi])
+    b = _leaf_param(nxt[bi]) if bi is not None else None
+    if bi is not None and nxt[bi] is not None and b is None:
+        return None  # a bias behind some other node
+    got = {id(t) for t in (w, b) if t is not None}
+    if not got or got != {id(p) for p in cut.params}:
+        return None
+    if (w is None) != (nxt[wi] is None):
+        return None
+    return w, b
+
+
+def batched_kind(cut: Cut) -> bool:
+    """Whether :func:`weight_grad_many` runs this cut's ``W`` as one call over several
+    microbatches."""
+    return _slots(cut) is not None
+
+
+def _batched_grads(cuts: Sequence[Cut], want_w: bool, want_b: bool
+                   ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The weight and bias gradients below the same batchable cut of several microbatches,
+    one kernel call over their concatenated samples."""
+    node = cuts[0].node
+    name = type(node).__name__
+    g = torch.cat([c.grads[0] for c in cuts])  # type: ignore[index]
+    x = torch.cat([getattr(c.node, _KINDS[name][2]) for c in cuts])
+    if name in ("AddmmBackward0", "MmBackward0"):
+        return (g.t().mm(x) if want_w else None), (g.sum(0) if want_b else None)
+    if name == "ConvolutionBackward0":
+        _, gw, gb = torch.ops.aten.convolution_backward(
+            g, x, node._saved_weight, node._saved_bias_sym_sizes_opt, node._saved_stride,
+            node._saved_padding, node._saved_dilation, node._saved_transposed,
+            node._saved_output_padding, node._saved_groups, [False, want_w, want_b])
+        return gw, gb
+    mean = torch.cat([c.node._saved_result1 for c in cuts])  # NativeLayerNormBackward0
+    rstd = torch.cat([c.node._saved_result2 for c in cuts])
+    _, gw, gb = torch.ops.aten.native_layer_norm_backward(
+        g, x, node._saved_normalized_shape, mean, rstd, node._saved_weight, node._saved_bias,
+        [False, want_w, want_b])
+    return gw, gb
+
+
+def _batched_cut(cuts: Sequence[Cut]) -> bool:
+    """The weight gradients below the same cut of several microbatches as one kernel call
+    over their concatenated samples; False (nothing done) where that does not apply."""
+    slots = [_slots(c) for c in cuts]
+    if any(s is None or c.grads is None or len(c.grads) != 1 or c.grads[0] is None
+           for s, c in zip(slots, cuts)):
+        return False
+    w, b = slots[0]  # type: ignore[misc]
+    if any(s[0] is not w or s[1] is not b for s in slots):  # type: ignore[index]
+        return False
+    with torch.no_grad():  # saved inputs may require grad; the gradients must not
+        gw, gb = _batched_grads(cuts, w is not None, b is not None)
+    if w is not None:
+        _accumulate(w, gw)  # type: ignore[arg-type]
+    if b is not None:
+        _accumulate(b, gb)  # type: ignore[arg-type]
+    return True
+
+
+def _same_graphs(works: Sequence[WeightWork]) -> bool:
+    """Whether the microbatches' cut groups correspond one to one (same kinds, same
+    parameters), so the group at one index is the same cut in every microbatch."""
+    first = works[0].groups
+    for w in works[1:]:
+        if len(w.groups) != len(first):
+            return False
+        for g0, g in zip(first, w.groups):
+            if len(g0) != len(g) or any(
+                    type(a.node) is not type(b.node) or [id(p) for p in a.params]
+                    != [id(p) for p in b.params] for a, b in zip(g0, g)):
+                return False
+    return True
+
+
+def weight_grad_many(works: Sequence[WeightWork]) -> None:
+    """One ``W`` over several ``I`` microbatches (in sample order): at every batchable cut one
+    kernel call over all their samples, elsewhere per microbatch (module docstring); the
+    gradients are those of ``weight_grad`` on each, and every graph is released."""
+    if len(works) == 1 or any(w.full is not None for w in works) or not _same_graphs(works):
+        for w in works:
+            weight_grad(w)
+        return
+    columns = list(zip(*(w.groups for w in works)))
+    for w in works:
+        w.groups = []
+    for column in columns:
+        if len(column[0]) == 1 and _batched_cut([g[0] for g in column]):
+            continue
+        for group in column:
+            _group_grad(group)

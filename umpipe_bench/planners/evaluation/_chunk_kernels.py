@@ -346,7 +346,13 @@ def chunk_pass(fb, bb, wm, caps, wcaps, group, flag, blag, dev, dchunks, split, 
                 lo = wend[c, i - 1] if i > 0 else 0
                 m = hi - lo
                 r = _latest(g_end, c, gidx, lo, hi)
-                cost = wgt[c, m] + ovh
+                if c == 0:  # the first chunk's W: each covered I microbatch's backward
+                    cost = 0.0
+                    for k in range(gidx[0, lo], gidx[0, hi - 1] + 1):
+                        cost += wgt[0, gend[0, k] - (gend[0, k - 1] if k > 0 else 0)]
+                    cost += ovh
+                else:
+                    cost = wgt[c, m] + ovh
                 t0 = r if r > free[d] else free[d]
                 t1 = t0 + cost
                 if recompute:
