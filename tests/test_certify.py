@@ -259,3 +259,36 @@ def test_bad_decision_time_is_refused(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "--decide" in err[-1]
+
+
+@pytest.mark.parametrize("case", [*TINY, *GAPPED], ids=lambda c: f"{c[0]}-s{c[1]}-b{c[2]}-{c[4]}")
+@pytest.mark.parametrize("mode", MODES)
+def test_the_decision_below_the_optimum_is_the_only_infeasible_one(case, mode):
+    """The claim a decision proof rests on: the optimal schedule is a solution with
+    ``T <= floor(optimum / u)``, so an infeasible ``K`` is below it and ``(K + 1) u`` is at
+    most the optimum."""
+    import math
+
+    from ortools.sat.python import cp_model
+
+    from umpipe_bench.certify.model import build
+
+    p = family_problem(*case)
+    want = brute_force(p, mode, "any")
+    c = certify(p, mode, order="any", time_limit=20)
+    u = c.unit
+    m = build(p, mode, u, math.ceil(c.value / u) + 1, "any")
+
+    def decide(K):
+        cp = m.cp.clone()
+        cp.add(cp.get_int_var_from_proto_index(m.T.index) <= K)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = 20
+        return solver.status_name(solver.solve(cp)), solver
+
+    status, solver = decide(math.floor(want / u))
+    assert status in ("OPTIMAL", "FEASIBLE")
+    best = int(solver.objective_value)  # the optimum on the rounded costs
+    assert decide(best - 1)[0] == "INFEASIBLE"
+    assert best * u <= want * (1 + REL)
