@@ -198,3 +198,97 @@ def test_relaxation_is_skipped_past_its_work_limit():
     p = synthetic_problem(2, 256, 0)
     assert relaxed_bound(p, "stash", 0.0) is None
     assert lower_bound(p, "stash") == stage_bound(p, "stash").value
+
+
+# ------------------------------------------------------------------ decision solves
+#: the search stops at once (the hint is its only solution), so the decisions do the proof
+NO_SEARCH = {"max_number_of_conflicts": 0}
+#: tiny problems the stopped search leaves with a gap (its hint, the best EDP, not optimal)
+GAPPED = [("slowlink", 2, 3, 1.0, 1), ("slowgpu", 2, 4, 1.0, 2), ("slowlink", 3, 2, 1.0, 1)]
+
+
+@pytest.mark.parametrize("case", GAPPED, ids=lambda c: f"{c[0]}-s{c[1]}-b{c[2]}-{c[4]}")
+@pytest.mark.parametrize("mode", MODES)
+def test_decisions_prove_the_brute_force_optimum(case, mode):
+    p = family_problem(*case)
+    want = brute_force(p, mode, "any")
+    start = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH)
+    assert not start.optimal  # the gap the decisions close
+    c = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, decide=20)
+    assert c.stats["decisions"]
+    assert c.bound <= want * (1 + REL)  # a proven bound is never above the optimum
+    assert c.optimal and c.status == "OPTIMAL"
+    assert c.value == pytest.approx(want, rel=OPT_TOL)
+    ops = [[_op(p, c.plan, label) for label in row] for row in c.ops]
+    assert simulate_order(p, c.plan, ops) == c.value
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_infeasible_decision_proves_the_optimal_hint(mode):
+    p = family_problem("slowgpu", 2, 4, 1.0, 2)
+    want = brute_force(p, mode, "any")
+    full = certify(p, mode, order="any", time_limit=20)
+    hint = capped_plan(p, full.plan, full.ops, full.value)
+    assert hint is not None
+    assert simulate(p, hint).iteration_time == pytest.approx(want, rel=OPT_TOL)
+    start = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, hints=[hint])
+    assert not start.optimal
+    c = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, hints=[hint],
+                decide=20)
+    assert [d["status"] for d in c.stats["decisions"]] == ["INFEASIBLE"]
+    assert c.bound <= want * (1 + REL)
+    assert c.optimal and not c.from_solver
+    assert c.value == pytest.approx(want, rel=OPT_TOL)
+
+
+def test_a_short_decision_limit_still_gives_a_proven_bound():
+    p = family_problem("mix", 3, 8, 1.0, 0)
+    c = certify(p, "recompute", order="any", time_limit=0.2, decide=0.2, max_decisions=3)
+    assert len(c.stats["decisions"]) <= 3
+    assert stage_bound(p, "recompute").value <= c.bound <= c.value
+
+
+def test_bad_decision_time_is_refused(capsys):
+    from umpipe_bench.cli import main
+    from umpipe_bench.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="decision time"):
+        certify(family_problem("mix", 2, 2, 1.0, 0), "stash", decide=-1.0)
+    with pytest.raises(SystemExit) as exc:
+        main(["certify", "sim-s2-b8-s0", "--decide", "-1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--decide" in err[-1]
+
+
+@pytest.mark.parametrize("case", [*TINY, *GAPPED], ids=lambda c: f"{c[0]}-s{c[1]}-b{c[2]}-{c[4]}")
+@pytest.mark.parametrize("mode", MODES)
+def test_the_decision_below_the_optimum_is_the_only_infeasible_one(case, mode):
+    """The claim a decision proof rests on: the optimal schedule is a solution with
+    ``T <= floor(optimum / u)``, so an infeasible ``K`` is below it and ``(K + 1) u`` is at
+    most the optimum."""
+    import math
+
+    from ortools.sat.python import cp_model
+
+    from umpipe_bench.certify.model import build
+
+    p = family_problem(*case)
+    want = brute_force(p, mode, "any")
+    c = certify(p, mode, order="any", time_limit=20)
+    u = c.unit
+    m = build(p, mode, u, math.ceil(c.value / u) + 1, "any")
+
+    def decide(K):
+        cp = m.cp.clone()
+        cp.add(cp.get_int_var_from_proto_index(m.T.index) <= K)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = 20
+        return solver.status_name(solver.solve(cp)), solver
+
+    status, solver = decide(math.floor(want / u))
+    assert status in ("OPTIMAL", "FEASIBLE")
+    best = int(solver.objective_value)  # the optimum on the rounded costs
+    assert decide(best - 1)[0] == "INFEASIBLE"
+    assert best * u <= want * (1 + REL)

@@ -276,10 +276,13 @@ def _is_optimal(value: float, bound: float | None) -> bool:
     return bound is not None and value - bound <= OPT_TOL * value
 
 
-def _check_bound(e: Entry, problem: Problem, prove: float | None) -> None:
+def _check_bound(e: Entry, problem: Problem, prove: float | None,
+                 plan_path: Path | None = None) -> None:
     """The entry's bound and optimal flag (docs/CERTIFY.md "Certified values"): at most the
     value, at least the closed-form bound, ``optimal`` exactly when they agree; with
-    ``prove`` (seconds) a solver-proven bound is proven again within that time limit."""
+    ``prove`` (seconds) a solver-proven bound is proven again within that time limit (a
+    bound by decision solves: by decision solves of that limit each, from the entry's plan at
+    ``plan_path``)."""
     from ..bound import stage_bound
 
     if e.bound is None:
@@ -298,7 +301,13 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None) -> None:
         from ..certify.solve import certify
 
         order = "gpipe" if e.family == "gpipe" else "any"
-        c = certify(problem, e.mode, order=order, time_limit=prove)
+        hints, decide = None, 0.0
+        if e.bound_by.endswith(" decide") and plan_path is not None:
+            from ..plan import Plan
+
+            hints, decide = [Plan.load(plan_path)], prove
+        c = certify(problem, e.mode, order=order, time_limit=prove, hints=hints,
+                    decide=decide)
         if c.bound < e.bound * (1 - REL_TOL):
             raise BestKnownError(f"the solver proves {c.bound!r} s in {prove:g} s, below the "
                                  f"recorded bound {e.bound!r} s")
@@ -321,7 +330,7 @@ def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None,
             T, _ = _simulate(problem, book.path.parent / e.plan_file)
             if not math.isclose(T, e.value, rel_tol=REL_TOL):
                 raise BestKnownError(f"re-simulates to {T!r} s, not {e.value!r} s")
-            _check_bound(e, problem, prove)
+            _check_bound(e, problem, prove, book.path.parent / e.plan_file)
         except Exception as exc:
             bad.append(f"{e.problem} {e.mode} {e.family}: {exc}")
     return bad

@@ -37,6 +37,8 @@ __all__ = ["OPT_TOL", "Certificate", "SolverMissing", "certify", "require_solver
 OPT_TOL = 1e-5
 #: Integer units per reference time (:func:`.model.unit_for`).
 RESOLUTION = 1e8
+#: Most decision solves after the search (:func:`_decide`).
+DECISIONS = 12
 
 
 def require_solver() -> None:
@@ -123,11 +125,15 @@ def _run(solver: Any, cp: Any, clock: Any) -> int:
 
 def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: float = 60.0,
             workers: int = 1, hints: list[Plan] | None = None, clock: Any = None,
-            seed: int = 0, params: dict[str, Any] | None = None) -> Certificate:
+            seed: int = 0, params: dict[str, Any] | None = None,
+            decide: float = 0.0, max_decisions: int = DECISIONS) -> Certificate:
     """Solve ``problem`` in ``mode`` over ``order`` (:data:`.model.ORDERS`) for at most
     ``time_limit`` seconds (less if ``clock`` ends sooner); ``hints``: plans whose values
     bound the horizon and whose best one starts the search (default: the best GPipe EDP);
-    ``params``: further CP-SAT parameters (``linearization_level``, ...)."""
+    ``params``: further CP-SAT parameters of the search (``linearization_level``, ...);
+    ``decide`` > 0:
+    then up to ``max_decisions`` decision solves of at most ``decide`` seconds each
+    (:func:`_decide`) when the search ends short of optimal."""
     from ..bound import lower_bound
 
     require_solver()
@@ -138,6 +144,9 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     if not (time_limit > 0 and math.isfinite(time_limit)):
         raise UserInputError(f"time limit must be a positive number of seconds, got "
                              f"{time_limit!r}")
+    if not (decide >= 0 and math.isfinite(decide)):
+        raise UserInputError(f"decision time must be a non-negative number of seconds, got "
+                             f"{decide!r}")
     t_start = time.perf_counter()
     S, B = problem.S, problem.B
     cands = list(hints or []) + [Plan.edp(S, B, M, mode) for M in range(1, B + 1)]
@@ -194,8 +203,68 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     elif status == cp_model.INFEASIBLE:  # the hint is a solution on the rounded costs
         raise RuntimeError(f"certify: the model of {problem.name!r} ({mode}) is infeasible "
                            "below its hint's time (a bug)")
+    stats = {"conflicts": solver.num_conflicts, "branches": solver.num_branches,
+             "solver_bound": solver_bound, "decisions": []}
+    if decide > 0 and best_T - bound > OPT_TOL * best_T:
+        best = {"T": best_T, "plan": best_plan, "ops": best_ops, "from_solver": from_solver}
+        proved = _decide(problem, mode, m, best, bound, float(decide), int(max_decisions),
+                         clock, int(seed), stats["decisions"])
+        if proved > bound:
+            bound = proved
+            stats["solver_bound"] = max(solver_bound, proved)
+        best_T, best_plan, best_ops = best["T"], best["plan"], best["ops"]
+        from_solver = best["from_solver"]
+        if best_T - bound <= OPT_TOL * best_T:
+            name = "OPTIMAL"
     return Certificate(problem.name, mode, order, best_T, bound, name, best_plan,
                        [[str(o) for o in row] for row in best_ops], from_solver,
-                       time.perf_counter() - t_start, unit,
-                       {"conflicts": solver.num_conflicts, "branches": solver.num_branches,
-                        "solver_bound": solver_bound})
+                       time.perf_counter() - t_start, unit, stats)
+
+
+def _decide(problem: Problem, mode: str, m: Any, best: dict[str, Any], bound: float,
+            limit: float, steps: int, clock: Any, seed: int,
+            log: list[dict[str, Any]]) -> float:
+    """Decision solves "is there a schedule with integer ``T <= K``?" on the model ``m``
+    (docs/CERTIFY.md "Decisions"); returns the best bound they prove (``(K + 1) * unit`` for
+    the largest ``K`` found infeasible, else ``-inf``). ``K`` starts just below what
+    ``OPT_TOL`` needs for ``best["T"]`` to be optimal, then bisects towards ``bound``;
+    a schedule found better than ``best`` (re-simulated) replaces it."""
+    from ortools.sat.python import cp_model
+
+    unit = m.unit
+    proved = -math.inf
+    lo = math.ceil(bound / unit)  # every K below lo proves no more than ``bound``
+    hi = math.ceil(best["T"] * (1.0 - OPT_TOL) / unit) - 1  # infeasible here: optimal
+    K = hi
+    for _ in range(steps):
+        if not lo <= K <= hi or (clock is not None and clock.expired()):
+            break
+        cp = m.cp.clone()
+        cp.add(cp.get_int_var_from_proto_index(m.T.index) <= K)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = limit
+        solver.parameters.num_workers = 1
+        solver.parameters.random_seed = seed
+        t0 = time.perf_counter()
+        status = _run(solver, cp, clock)
+        log.append({"K": K, "target": K * unit, "status": solver.status_name(status),
+                    "wall": time.perf_counter() - t0})
+        if status == cp_model.INFEASIBLE:  # every schedule has integer T >= K + 1
+            proved = max(proved, (K + 1) * unit)
+            lo = K + 1
+        elif status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            # a schedule with T <= K: every schedule above K is above the solver's bound too
+            proved = max(proved, float(solver.best_objective_bound) * unit)
+            lo = max(lo, math.ceil(solver.best_objective_bound))
+            plan, ops = _extract(problem, mode, solver, m)
+            T = simulate_order(problem, plan, ops)
+            if T < best["T"]:
+                best.update(T=T, plan=plan, ops=ops, from_solver=True)
+            hi = min(int(solver.objective_value) - 1,
+                     math.ceil(best["T"] * (1.0 - OPT_TOL) / unit) - 1)
+            K = hi  # below the new schedule, from the top again
+            continue
+        else:  # unknown within the limit: look lower
+            hi = K - 1
+        K = (lo + hi + 1) // 2
+    return proved

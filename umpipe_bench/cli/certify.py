@@ -30,6 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-limit", type=seconds(0.0, open_low=True), default=60.0,
                    metavar="SECS", help="solver time per (problem, mode, order)")
     p.add_argument("--workers", type=whole(1, 64), default=1, help="solver threads")
+    p.add_argument("--decide", type=seconds(0.0), default=0.0, metavar="SECS",
+                   help="after the search, when it ends short of optimal: decision solves "
+                   "'is there a schedule with T <= K?' of at most SECS each, K from just "
+                   "below the best value down by bisection (docs/CERTIFY.md \"Decisions\"); "
+                   "0: none")
     p.add_argument("--record", action="store_true",
                    help="store bounds (and better capped plans) in the best-known file")
     p.add_argument("--file", default=None, metavar="JSON",
@@ -51,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             for order in orders:
                 hints = _hints(problem.name, mode, args.file)
                 c = certify(problem, mode, order=order, time_limit=args.time_limit,
-                            workers=args.workers, hints=hints)
+                            workers=args.workers, hints=hints, decide=args.decide)
                 row = {"problem": c.problem, "mode": mode, "order": order,
                        "status": c.status, "value": c.value, "bound": c.bound,
                        "gap": c.gap, "optimal": c.optimal, "from_solver": c.from_solver,
@@ -96,6 +101,8 @@ def _record(problem, c, path: str | None) -> list[str]:
 
     done = []
     by = f"cpsat order={c.order} {c.status.lower()}"
+    if any(d["status"] == "INFEASIBLE" for d in c.stats.get("decisions", ())):
+        by += " decide"
     if c.stats.get("solver_bound", -1.0) < c.bound:  # the solver proved less than this
         by = "relaxation"
     families = ("capped", "gpipe") if c.order == "any" else ("gpipe",)
