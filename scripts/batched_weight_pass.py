@@ -12,7 +12,6 @@ Prints (and with ``--out`` writes) the median of each way and the ratios.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -20,6 +19,7 @@ import time
 import torch
 from torch import nn
 
+from umpipe_bench.files import write_text
 from umpipe_bench.problems.models import get_model
 from umpipe_bench.runtime.split_backward import input_grad, weight_grad, weight_grad_many
 
@@ -64,11 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     chunk = nn.Sequential(*layers[a0:a1])
     with torch.no_grad():
         gy = torch.randn_like(chunk(x))
-    ways = {
-        "per microbatch": lambda ws: [weight_grad(w) for w in ws],
-        "batched": weight_grad_many,
-        "one microbatch": lambda ws: [weight_grad(w) for w in ws],
-    }
+    def each(works: list) -> None:
+        for w in works:
+            weight_grad(w)
+
+    ways = {"per microbatch": each, "batched": weight_grad_many, "one microbatch": each}
     times: dict[str, list[float]] = {k: [] for k in ways}
     for r in range(args.rounds + 2):
         for k, fn in ways.items():
@@ -93,9 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(rows) + "\n"
     print(text)
     if args.out:
-        with open(args.out + ".tmp", "w") as fh:
-            fh.write(text)
-        os.replace(args.out + ".tmp", args.out)
+        write_text(args.out, text, "--out")
     return 0
 
 

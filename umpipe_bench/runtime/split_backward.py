@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.autograd.graph import GradientEdge, Node
 
-__all__ = ["Cut", "WeightWork", "batched_kind", "cut_groups", "first_chunk_work", "input_grad",
-           "weight_grad", "weight_grad_many"]
+__all__ = ["Cut", "WeightWork", "cut_groups", "first_chunk_work", "input_grad", "weight_grad",
+           "weight_grad_many"]
 
 Grads = tuple[torch.Tensor | None, ...]
 
@@ -243,33 +243,24 @@ def _slots(cut: Cut) -> tuple[torch.Tensor | None, torch.Tensor | None] | None:
     """``(weight, bias)`` of a cut whose weight gradient :func:`weight_grad_many` computes
     over several microbatches in one call, or None (another kind, or a structure other than
     the kind's own: a parameter behind a view, a weight that is not a leaf)."""
-    kind = _KINDS.get(type(cut.node).__name__)
+    name = type(cut.node).__name__
+    kind = _KINDS.get(name)
     if kind is None:
+        return None
+    if name == "AddmmBackward0" and (cut.node._saved_alpha != 1 or cut.node._saved_beta != 1):
         return None
     wi, bi, _ = kind
     nxt = [k for k, _ in cut.node.next_functions]
-    if type(cut.node).__name__ in ("AddmmBackward0", "MmBackward0"):
-        w = _weight_through_t(nxt[wi])
-        if type(cut.node).__name__ == "AddmmBackward0" and (
-                cut.node._saved_alpha != 1 or cut.node._saved_beta != 1):
-            return None
-    else:
-        w = _leaf_param(nxt[wi])
+    w = _weight_through_t(nxt[wi]) if name in ("AddmmBackward0", "MmBackward0") \
+        else _leaf_param(nxt[wi])
     b = _leaf_param(nxt[bi]) if bi is not None else None
-    if bi is not None and nxt[bi] is not None and b is None:
-        return None  # a bias behind some other node
+    if (nxt[wi] is not None and w is None) or (bi is not None and nxt[bi] is not None
+                                                and b is None):
+        return None  # a weight or bias behind some other node
     got = {id(t) for t in (w, b) if t is not None}
     if not got or got != {id(p) for p in cut.params}:
         return None
-    if (w is None) != (nxt[wi] is None):
-        return None
     return w, b
-
-
-def batched_kind(cut: Cut) -> bool:
-    """Whether :func:`weight_grad_many` runs this cut's ``W`` as one call over several
-    microbatches."""
-    return _slots(cut) is not None
 
 
 def _batched_grads(cuts: Sequence[Cut], want_w: bool, want_b: bool
