@@ -78,8 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--problem", required=True, help="problem name (see 'problems') or file")
     p.add_argument("--planner", default=None,
                    help="planner name (dgap, tidgap, gpipe, 1f1b, local-greedy, greedy-dp, "
-                   "random-search, optuna-tpe, exact, or any registered one); default: tidgap, "
-                   "with --devices chunk-search (the only planner of chunk plans)")
+                   "random-search, optuna-tpe, exact, or any registered one); default: tidgap; "
+                   "with --devices: chunk-search (default) or chunk-exact (the optimum of "
+                   "layout one on tiny problems)")
     p.add_argument("--devices", "-D", type=whole(0), metavar="D",
                    help="plan chunk plans on D devices (docs/CHUNK-SCHEDULES.md §9): the "
                    "problem's stages are layers, cut into chunks (layouts one, loop, v), each "
@@ -278,13 +279,16 @@ def _print_report(args: argparse.Namespace, problem: Any, res: Any, out: dict[st
 
 def run_devices(args: argparse.Namespace) -> int:
     """``plan --devices D``: the chunk-plan planner (docs/CHUNK-SCHEDULES.md §9)."""
+    from ..baselines.chunk_exact import ChunkExact
     from ..planners.algorithms.chunk_search import ChunkSearch
     from ._lookup import problem as get_problem
     from ._paths import writing
 
-    if args.planner is not None and args.planner.lower() != ChunkSearch.name:
-        raise UserInputError(f"--planner {args.planner}: with --devices the planner is "
-                             f"{ChunkSearch.name} (the planner of chunk plans); drop --planner "
+    kinds = {k.name: k for k in (ChunkSearch, ChunkExact)}
+    name = ChunkSearch.name if args.planner is None else args.planner.lower()
+    if name not in kinds:
+        raise UserInputError(f"--planner {args.planner}: with --devices the planner is one of "
+                             f"{', '.join(kinds)} (the planners of chunk plans); drop --planner "
                              "or --devices")
     problem = get_problem(args.problem)
     D = args.devices
@@ -292,7 +296,7 @@ def run_devices(args: argparse.Namespace) -> int:
         raise UserInputError(f"--devices must be in 1..{problem.S} (the problem's layers), got "
                              f"{D}")
     cap = device_cap(problem, D, args.memory_cap)
-    planner = ChunkSearch(**_parse_sets(args.settings))
+    planner = kinds[name](**_parse_sets(args.settings))
     budget = args.budget or planner.default_budget
     try:
         res = planner.plan(problem, D, mode=args.mode, budget=budget, seed=args.seed,
@@ -337,6 +341,8 @@ def run_devices(args: argparse.Namespace) -> int:
         "wall_time": res.wall_time,
         "settings": res.settings,
     }
+    if res.proven_optimal is not None:
+        out["proven_optimal"] = res.proven_optimal
     if res.stopped:
         out["stopped"] = res.stopped
     if args.out:
@@ -372,6 +378,9 @@ def _print_devices(problem: Any, args: argparse.Namespace, planner: Any, budget:
         print(f"{b.schedule:<17} {b.v:>2} {b.M:>3}  {b.T * 1e3:>10.3f}  "
               f"{100 * gain:>+8.2f}%  {'-'.join(map(str, b.counts or ()))}"
               + ("" if b.exact else "  (not a chunk plan: torch's own lists)"))
+    if res.proven_optimal is not None:
+        print("optimal over every plan of layout one (enumerated)" if res.proven_optimal else
+              "not proven optimal: the enumeration was cut short")
     if best is not None and best.T is not None:
         verdict = "faster than" if T < best.T else "as fast as" if T == best.T else \
             "slower than"

@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from ._lookup import problem as get_problem
     from ._paths import check_output_file, writing
 
+    if args.devices is None:
+        args.devices = _chunk_plan_devices(args.plan)
     if args.devices is not None:
         return run_devices(args)
     if args.op_overhead:
@@ -124,6 +126,25 @@ def run(args: argparse.Namespace) -> int:
         if path:
             print(f"wrote {what}: {path}")
     return 0
+
+
+def _chunk_plan_devices(text: str) -> int | None:
+    """``D`` of ``--plan`` when it names a chunk plan file (schema umpipe-chunk-plan/1), so
+    ``simulate --plan FILE`` needs no ``--devices``; else None (a schedule spec, a stage plan
+    file, or a file ``run`` reports on)."""
+    from ..chunkplan import CHUNK_PLAN_SCHEMA
+
+    path = Path(text)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != CHUNK_PLAN_SCHEMA:
+        return None
+    D = data.get("D")
+    return D if isinstance(D, int) and not isinstance(D, bool) and D >= 1 else None
 
 
 def run_devices(args: argparse.Namespace) -> int:

@@ -93,6 +93,9 @@ class ChunkSearchResult:
     #: why the search ended before its budget, one line, else None
     stopped: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    #: True when the plan is proven optimal over its enumerated family (``chunk-exact``),
+    #: False when such a search was cut short, None for a heuristic search
+    proven_optimal: bool | None = None
 
     def best_torch(self, exact_only: bool = False) -> TorchBaseline | None:
         """The fastest torch schedule that fits (``exact_only``: among those the rule
