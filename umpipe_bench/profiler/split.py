@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.autograd.graph import GradientEdge
 
 from ..runtime.split_backward import Cut as _Frontier
 from ..runtime.split_backward import cut_groups as _frontier
+from ..runtime.split_backward import group_grad
 from .rig import StageRig, stage_forward
 
 __all__ = [
@@ -91,25 +91,17 @@ def backward_input(rig: StageRig, x: torch.Tensor, out: torch.Tensor, m: int,
     return SplitState(groups=groups, params=params)
 
 
-def _accumulate(p: torch.nn.Parameter, g: torch.Tensor | None) -> None:
-    if g is None:
-        return
-    if p.grad is None:
-        p.grad = g
-    else:
-        p.grad.add_(g)
-
-
 def backward_weight(state: SplitState) -> None:
     """The W pass: parameter gradients accumulated into ``p.grad``; the graph is freed.
 
     One ``torch.autograd.grad`` per group of frontier nodes, from the nodes' kept gradients
-    to the group's parameters. A one-node group runs only that node and its parameter-only
-    children. In a group sharing a parameter the paths between its nodes lead to the shared
-    parameter too, so the engine runs them again; a pre-hook on each node of the group puts
-    back its kept gradient (else gradients arriving from the group's upper nodes would count
-    twice). That re-run is W's price for shared weights (torch's ``stage_backward_weight``
-    merges such parameter groups the same way)."""
+    to the group's parameters (the runtime's :func:`~umpipe_bench.runtime.split_backward.
+    group_grad`, here freeing the graph). A one-node group runs only that node and its
+    parameter-only children. In a group sharing a parameter the paths between its nodes lead
+    to the shared parameter too, so the engine runs them again; a pre-hook on each node of the
+    group puts back its kept gradient (else gradients arriving from the group's upper nodes
+    would count twice). That re-run is W's price for shared weights (torch's
+    ``stage_backward_weight`` merges such parameter groups the same way)."""
     if state.full is not None:
         out, grad = state.full
         state.full = None
@@ -118,24 +110,7 @@ def backward_weight(state: SplitState) -> None:
         return
     groups, state.groups = state.groups, []
     for group in groups:
-        reached = [f for f in group if f.grads is not None]  # else no gradient flows there
-        if not reached:
-            continue
-        roots = [GradientEdge(f.node, i) for f in reached for i, g in enumerate(f.grads)
-                 if g is not None]
-        gouts = [g for f in reached for g in f.grads if g is not None]
-        ps = list({id(p): p for f in reached for p in f.params}.values())
-        handles = []
-        try:
-            if len(reached) > 1:
-                for f in reached:
-                    handles.append(f.node.register_prehook(lambda _g, kept=f.grads: kept))
-            gs = torch.autograd.grad(roots, ps, gouts, allow_unused=True)
-        finally:
-            for h in handles:
-                h.remove()
-        for p, g in zip(ps, gs):
-            _accumulate(p, g)
+        group_grad(group, retain_graph=False)
 
 
 @dataclass(frozen=True)

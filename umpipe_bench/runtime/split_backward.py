@@ -179,9 +179,10 @@ def _accumulate(p: torch.nn.Parameter, g: torch.Tensor | None) -> None:
         p.grad.add_(g)
 
 
-def _group_grad(group: list[Cut]) -> None:
+def group_grad(group: list[Cut], retain_graph: bool = True) -> None:
     """The parameter gradients below one group of cuts of one microbatch, from their kept
-    gradients (module docstring)."""
+    gradients, accumulated into ``.grad`` (module docstring); ``retain_graph=False`` frees
+    the graph below (the profiler's W, which runs each group once)."""
     reached = [c for c in group if c.grads is not None]
     if not reached:
         return  # no gradient arrived at these cuts: their parameters get none from here
@@ -196,7 +197,8 @@ def _group_grad(group: list[Cut]) -> None:
     if len(reached) > 1:  # walks between the cuts must not add to their kept gradients
         handles = [c.node.register_prehook(lambda _g, kept=c.grads: kept) for c in reached]
     try:
-        got = torch.autograd.grad(roots, params, grads, retain_graph=True, allow_unused=True)
+        got = torch.autograd.grad(roots, params, grads, retain_graph=retain_graph,
+                                  allow_unused=True)
     finally:
         for h in handles:
             h.remove()
@@ -215,7 +217,7 @@ def weight_grad(work: WeightWork) -> None:
         return
     groups, work.groups = work.groups, []
     for group in groups:
-        _group_grad(group)
+        group_grad(group)
 
 
 def _leaf_param(node: Node | None) -> torch.Tensor | None:
@@ -336,4 +338,4 @@ def weight_grad_many(works: Sequence[WeightWork]) -> None:
         if len(column[0]) == 1 and _batched_cut([g[0] for g in column]):
             continue
         for group in column:
-            _group_grad(group)
+            group_grad(group)
