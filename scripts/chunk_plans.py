@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from umpipe_bench.files import write_text
+
 COLUMNS = ["problem", "D", "mode", "seed", "budget", "T", "layout", "v", "partition", "split",
            "best_torch", "T_best_torch", "speedup_vs_best_torch", "best_reproduced",
            "T_best_reproduced", "speedup_vs_best_reproduced", "evaluations", "spaces",
@@ -93,7 +95,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     w.writeheader()
     w.writerows([{k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS} for r in rows])
-    path.write_text(buf.getvalue(), encoding="utf-8")
+    write_text(path, buf.getvalue())
 
 
 def cap_sentence(rows: list[dict]) -> str:
@@ -108,11 +110,15 @@ def cap_sentence(rows: list[dict]) -> str:
             "plan and every torch schedule fit it; the summary gives it per problem and D.")
 
 
-def markdown(rows: list[dict], cmd: str, wall: bool = True) -> str:
+def markdown(rows: list[dict], cmd: str, wall: bool = True, rows_cmd: str | None = None
+             ) -> str:
+    head = (f"Regenerate: `{cmd}` (rows: the `.csv` beside this file)." if rows_cmd is None
+            else f"Rows (the `.csv` beside this file): {rows_cmd}; this page from them: "
+                 f"`{cmd}`.")
     lines = [
         "# Chunk plans found by `plan --devices` against torch's schedules (simulated)",
         "",
-        f"Regenerate: `{cmd}` (rows: the `.csv` beside this file). Each row is one run of",
+        f"{head} Each row is one run of",
         "",
         "```",
         "umpipe-bench plan --problem P --devices D --mode MODE --budget BUDGET --seed S --json",
@@ -180,21 +186,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", nargs="+", default=None, metavar="CSV",
                     help="with --from-csv: the rows of these files, in order, written to "
                     "OUT.csv first")
+    ap.add_argument("--rows-cmd", default=None, metavar="TEXT",
+                    help="with --from-csv: the commands that made the rows, for the page's "
+                    "first line (markdown)")
     ap.add_argument("--no-wall", action="store_true",
                     help="leave the wall times out of OUT.md (runs that shared the machine)")
     a = ap.parse_args(argv)
-    if a.rows and not a.from_csv:
-        ap.error("--rows goes with --from-csv")
+    if (a.rows or a.rows_cmd) and not a.from_csv:
+        ap.error("--rows and --rows-cmd go with --from-csv")
     if a.from_csv:
         out = Path(a.out)
-        cmd = "python scripts/chunk_plans.py " + " ".join(sys.argv[1:])
+        # the page regenerates from the .csv beside it, whatever files the rows came from
+        cmd = ("python scripts/chunk_plans.py --from-csv" + (" --no-wall" if a.no_wall else "")
+               + f" --out {a.out}")
         if a.rows:
             rows = [r for f in a.rows for r in read_rows(f)]
             write_csv(out.with_suffix(".csv"), rows)
         else:
             rows = read_rows(str(out.with_suffix(".csv")))
-        out.with_suffix(".md").write_text(markdown(rows, cmd, wall=not a.no_wall),
-                                          encoding="utf-8")
+        write_text(out.with_suffix(".md"),
+                   markdown(rows, cmd, wall=not a.no_wall, rows_cmd=a.rows_cmd))
         return 0
     if a.grid:
         cells = [(p, int(d)) for item in a.grid.split() for p, ds in [item.split(":")]
@@ -216,8 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(out.with_suffix(".csv"), rows)
     default = argv is None and len(sys.argv) == 1
     cmd = "python scripts/chunk_plans.py" + ("" if default else " " + " ".join(sys.argv[1:]))
-    out.with_suffix(".md").write_text(markdown(rows, cmd, wall=not a.no_wall),
-                                      encoding="utf-8")
+    write_text(out.with_suffix(".md"), markdown(rows, cmd, wall=not a.no_wall))
     return 0
 
 
