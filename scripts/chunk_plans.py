@@ -106,8 +106,10 @@ def cap_sentence(rows: list[dict]) -> str:
     return ("Memory cap " + ", ".join(f"`{c}`" for c in caps) + " (`plan --memory-cap`): one "
             "capacity for every device; a share is the most any device needs for its static "
             "bytes plus that share of the activations torch's GPipe schedule keeps there at its "
-            "best M and layer partition in stash mode (so that GPipe choice does not fit). The "
-            "plan and every torch schedule fit it; the summary gives it per problem and D.")
+            "best M and layer partition in stash mode (so that GPipe choice does not fit); "
+            "`torch` is what the fastest torch schedule found without a cap holds on its most "
+            "loaded device (equal memory). The plan and every torch schedule fit it; the "
+            "summary gives it per problem, D and mode.")
 
 
 def markdown(rows: list[dict], cmd: str, wall: bool = True, rows_cmd: str | None = None

@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import json
 import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,6 +272,33 @@ def test_plan_devices_memory_cap(split_file, capsys):
     assert main([*argv, "--memory-cap", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no chunk plan found fits the memory cap" in err[0], err
+
+
+def test_plan_devices_memory_cap_torch_is_equal_memory(split_file, tmp_path, capsys):
+    """``--memory-cap torch``: the capacity is the most loaded device's peak of the fastest
+    torch schedule found without a cap; that schedule still fits it (same choice, same T),
+    the plan holds no more, and is no slower than it."""
+    argv = ["plan", "--problem", split_file, "--devices", "2", "--budget", "evals:2000",
+            "--json", "--no-progress"]
+    assert main(argv) == 0
+    free = json.loads(capsys.readouterr().out)
+    best = min((r for r in free["torch"] if r["T"] is not None), key=lambda r: r["T"])
+    assert main([*argv, "--memory-cap", "torch"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory_cap"] == best["peak_memory"] and out["memory_cap_rule"] == "torch"
+    assert max(out["peak_memory"]) <= out["memory_cap"]
+    assert out["best_torch_schedule"] == best["schedule"]
+    assert out["T_best_torch"] == best["T"]
+    assert out["iteration_time"] <= out["T_best_torch"]
+    d = json.loads(Path(split_file).read_text())
+    for st in d["stages"]:
+        st["memory"] = None
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(d))
+    assert main(["plan", "--problem", str(bare), "--devices", "2", "--budget", "evals:2000",
+                 "--memory-cap", "torch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--memory-cap torch:" in err[0] and "no memory figures" in err[0]
 
 
 def _interrupt_after(monkeypatch, n, exc):

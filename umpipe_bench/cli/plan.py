@@ -104,7 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "activations of the best GPipe-EDP plan in stash mode; with --devices: one "
                    "capacity, the most any device needs for its static bytes plus that share of "
                    "the activations torch's GPipe schedule keeps there); plans (and baselines) "
-                   "whose peak exceeds it anywhere are refused (docs/SCHEDULES.md §4); default: "
+                   "whose peak exceeds it anywhere are refused (docs/SCHEDULES.md §4); with "
+                   "--devices also torch: what the fastest torch schedule holds on its most "
+                   "loaded device (the plan at equal memory); default: "
                    "the problem file's capacities, if any")
     p.add_argument("--out", type=path_arg, metavar="FILE",
                    help="write the plan JSON (for simulate/execute)")
@@ -295,8 +297,17 @@ def run_devices(args: argparse.Namespace) -> int:
     if not 1 <= D <= problem.S:
         raise UserInputError(f"--devices must be in 1..{problem.S} (the problem's layers), got "
                              f"{D}")
-    cap = device_cap(problem, D, args.memory_cap)
     planner = kinds[name](**_parse_sets(args.settings))
+    torch_cap = args.memory_cap is not None and args.memory_cap.strip().lower() == "torch"
+    if torch_cap:  # equal memory: what the fastest torch schedule holds
+        from ..planners.algorithms._chunk_search_settings import torch_memory
+
+        try:
+            cap, _ = torch_memory(problem, D, args.mode, ChunkSearch._capacity(problem, None))
+        except ValueError as exc:
+            raise UserInputError(f"--memory-cap torch: {exc}") from None
+    else:
+        cap = device_cap(problem, D, args.memory_cap)
     budget = args.budget or planner.default_budget
     try:
         res = planner.plan(problem, D, mode=args.mode, budget=budget, seed=args.seed,
@@ -334,6 +345,7 @@ def run_devices(args: argparse.Namespace) -> int:
                                    if b.T is not None and b.T < T],
         "torch": [b.to_dict() for b in res.baselines],
         "memory_cap": res.memory_cap,
+        "memory_cap_rule": "torch" if torch_cap else args.memory_cap,
         "peak_memory": res.peak_memory,
         "evaluations": res.evaluations,
         "generations": res.generations,

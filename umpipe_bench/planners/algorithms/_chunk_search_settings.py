@@ -20,7 +20,7 @@ from ..search.history import History
 from ..search.settings import Setting, SettingsTable
 
 __all__ = ["CHUNK_SEARCH_SETTINGS", "LAYOUTS", "ChunkSearchResult", "TorchBaseline",
-           "layout_options", "torch_baselines", "torch_seed_plans",
+           "layout_options", "torch_baselines", "torch_memory", "torch_seed_plans",
            "work_balanced_counts"]
 
 LAYOUTS = ("one", "loop", "v")
@@ -65,11 +65,13 @@ class TorchBaseline:
     M: int | None = None
     counts: tuple[int, ...] | None = None
     reason: str = ""
+    #: the most any device holds at that choice (bytes; None without memory figures)
+    peak: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"schedule": self.schedule, "exact": self.exact, "T": self.T, "v": self.v,
                 "M": self.M, "partition": None if self.counts is None else list(self.counts),
-                "reason": self.reason or None}
+                "peak_memory": self.peak, "reason": self.reason or None}
 
 
 @dataclass
@@ -190,11 +192,27 @@ def torch_baselines(problem: Problem, D: int, mode: str, cap: float | None,
                                      reason=r.reason))
         else:
             out.append(TorchBaseline(r.schedule, r.schedule in REPRODUCED, float(c.T), c.v,
-                                     c.M, tuple(c.counts)))
+                                     c.M, tuple(c.counts), peak=c.max_peak))
     if len(_BASELINES) >= 64:
         _BASELINES.pop(next(iter(_BASELINES)))
     _BASELINES[key] = tuple(out)
     return out
+
+
+def torch_memory(problem: Problem, D: int, mode: str, cap: float | None
+                 ) -> tuple[float, TorchBaseline]:
+    """The memory of the fastest torch schedule within ``cap`` (its most loaded device's peak,
+    bytes) and that schedule: the capacity of ``--memory-cap torch``, under which a plan holds
+    no more than torch's best does. ValueError when no schedule runs or the problem has no
+    memory figures."""
+    ok = [b for b in torch_baselines(problem, D, mode, cap) if b.T is not None]
+    if not ok:
+        raise ValueError(f"no torch schedule runs problem {problem.name!r} on D = {D} devices")
+    best = min(ok, key=lambda b: b.T)  # type: ignore[arg-type,return-value]
+    if best.peak is None:
+        raise ValueError(f"problem {problem.name!r} has no memory figures, so the memory of "
+                         f"torch's fastest schedule ({best.schedule}) is unknown")
+    return float(best.peak), best
 
 
 def torch_seed_plans(space: ChunkSpace) -> list[ChunkPlan]:
