@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..chunk_codec import ChunkGenomes, ChunkSpace
-from ..errors import MemoryCapError, Terminated
+from ..errors import MemoryCapError, Terminated, TimeUp
 from ..plan import MODES
 from ..planners.algorithms._chunk_search_settings import (
     ChunkSearchResult,
@@ -56,10 +56,6 @@ __all__ = ["ChunkExact", "chunk_options", "layer_partitions"]
 
 #: rows evaluated per call of the compiled evaluator
 _BLOCK = 1 << 15
-
-
-class _TimeUp(Exception):
-    """A ``secs:X`` budget ran out before the enumeration ended."""
 
 
 def layer_partitions(L: int, D: int) -> list[tuple[int, ...]]:
@@ -185,7 +181,7 @@ class ChunkExact:
                 for g in self._rows(sp):
                     if (b.seconds is not None and evals
                             and time.perf_counter() - t0 >= b.seconds):
-                        raise _TimeUp(f"time budget secs:{b.seconds:g} reached")
+                        raise TimeUp(f"time budget secs:{b.seconds:g} reached")
                     T = obj.evaluate(g)
                     if evals == 0:
                         start = float(T[0])
@@ -198,7 +194,7 @@ class ChunkExact:
                         bar.set_postfix(best=f"{best[0]:.6g}", refresh=False)
                         bar.refresh()
                         last = time.perf_counter()
-        except (KeyboardInterrupt, Terminated, _TimeUp) as exc:
+        except (KeyboardInterrupt, Terminated, TimeUp) as exc:
             if best is None:
                 raise
             interrupted = exc
@@ -221,7 +217,7 @@ class ChunkExact:
             seed=seed, start_time=start, memory_cap=cap,
             settings={**self.config, "layouts": "one"}, proven_optimal=interrupted is None)
         if interrupted is not None:
-            if not isinstance(interrupted, _TimeUp):
+            if not isinstance(interrupted, TimeUp):
                 res.interrupted = interrupted  # a signal: the command exits 130 / 143
             res.stopped = (f"{str(interrupted) or 'interrupted'} after {evals:,} of {need:,} "
                            "evaluations; the plan is the best enumerated, not proven optimal")
