@@ -7,16 +7,16 @@ enumeration's; bad input and cut-short runs say so."""
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import numpy as np
 import pytest
 
+from tests.test_chunk_search import _partitions, every_mask_minimum, python_path_minimum
 from umpipe_bench.baselines.chunk_exact import ChunkExact, chunk_options, layer_partitions
 from umpipe_bench.baselines.exact import Exact
 from umpipe_bench.chunk_torch import random_split_problem, simulate_plan
-from umpipe_bench.chunkplan import ChunkPlan, is_coarsening
+from umpipe_bench.chunkplan import is_coarsening
 from umpipe_bench.cli import main
 from umpipe_bench.codec import bits_to_sizes
 from umpipe_bench.planners.algorithms.chunk_search import ChunkSearch
@@ -39,16 +39,11 @@ def test_layer_partitions_and_chunk_options_are_every_canonical_choice():
         assert is_coarsening(R, P)
         seen.add((P, R))
     # every (P, coarsening of P) pair once
-    every = {(P, R) for P in _compositions(B) for R in _compositions(B) if is_coarsening(R, P)}
+    every = {(P, R) for P in _partitions(B) for R in _partitions(B) if is_coarsening(R, P)}
     assert seen == every
     f, b, w = chunk_options(4, "recompute", False)
     assert len(f) == 2 ** 3 * 2 ** 3 and (w == 1).all()
     assert len({(tuple(x), tuple(y)) for x, y in zip(f, b)}) == 64
-
-
-def _compositions(B):
-    for cuts in itertools.product((0, 1), repeat=B - 1):
-        yield bits_to_sizes(np.array(cuts, np.uint8))
 
 
 @pytest.mark.parametrize("S,B,seed,mode", [(2, 6, 0, "stash"), (3, 4, 1, "stash"),
@@ -70,14 +65,7 @@ def test_equals_the_python_path_brute_force_stash():
     """3 layers, B = 4, D = 2, stash, unsplit: both layer partitions, every forward partition
     per chunk, every cap pair, timed by the Python path: 2 x 64 x 16 = 2,048 plans."""
     problem = synthetic_problem(3, 4, 0)
-    best = np.inf
-    parts = list(_compositions(4))
-    for counts in ((1, 2), (2, 1)):
-        for p0, p1 in itertools.product(parts, repeat=2):
-            for caps in itertools.product(range(1, 5), repeat=2):
-                plan = ChunkPlan(D=2, layout="one", layers=counts, fwd=(p0, p1),
-                                 bwd=(p0, p1), caps=caps)
-                best = min(best, simulate_plan(problem, plan).iteration_time)
+    best = python_path_minimum(problem)
     res = ChunkExact().plan(problem, 2)
     assert res.evaluations == 2048 and res.iteration_time == best
     assert simulate_plan(problem, res.plan).iteration_time == best
@@ -86,26 +74,9 @@ def test_equals_the_python_path_brute_force_stash():
 def test_split_recompute_equals_the_enumeration_of_every_mask():
     """3 layers with split costs, B = 3, D = 2, recompute, split: every W mask, canonical or
     not (the chunk-search test's 1,179,648 rows) gives the same minimum as the canonical
-    enumeration (373,248 rows), and chunk-search at a generous budget reaches it."""
-    from umpipe_bench.chunk_codec import ChunkGenomes, ChunkSpace
-    from umpipe_bench.planners.evaluation.chunk_objective import ChunkObjective
-
+    enumeration (373,248 rows)."""
     problem = random_split_problem(3, 3, 4)
-    bits = np.array(list(itertools.product((0, 1), repeat=2)), np.uint8)
-    chunk = np.array(list(itertools.product(range(4), repeat=3)))
-    pairs = np.array(list(itertools.product(range(len(chunk)), repeat=2)))
-    best = np.inf
-    for counts in ((1, 2), (2, 1)):
-        obj = ChunkObjective(problem, ChunkSpace(2, "one", counts, 3, "recompute", True))
-        for k in itertools.product(range(1, 4), repeat=2):
-            for w in itertools.product(range(0, 4), repeat=2):
-                n, sel = len(pairs), chunk[pairs]
-                g = ChunkGenomes(
-                    fwd=bits[sel[:, :, 0]], bwd=bits[sel[:, :, 1]], wgt=bits[sel[:, :, 2]],
-                    caps=np.tile(k, (n, 1)), w_caps=np.tile(w, (n, 1)),
-                    group=np.full(n, 3, np.int64), fwd_lag=np.zeros((n, 2), np.int64),
-                    bwd_lag=np.zeros((n, 2), np.int64))
-                best = min(best, float(obj.evaluate(g).min()))
+    best = every_mask_minimum(problem)
     res = ChunkExact(split="yes").plan(problem, 2, mode="recompute")
     assert res.evaluations == 373_248 and res.iteration_time == best and res.plan.split
     assert simulate_plan(problem, res.plan).iteration_time == best
@@ -146,9 +117,10 @@ def test_refusals_and_a_time_budget():
     with pytest.raises(PlannerError, match="split=yes needs split-backward costs"):
         ChunkExact(split="yes").plan(synthetic_problem(3, 3, 0), 2)
     small = random_split_problem(3, 3, 1)
+    whole = sum(ChunkExact.count(sp) for sp in ChunkExact().spaces(small, 2, "stash"))
     res = ChunkExact().plan(small, 2, budget="secs:0.000001,evals:4194304")
     assert res.proven_optimal is False and "not proven optimal" in res.stopped
-    assert res.interrupted is None and 0 < res.evaluations < 373_248 + 2 * 9 * 16 ** 2
+    assert res.interrupted is None and 0 < res.evaluations < whole
 
 
 def test_plan_devices_planner_chunk_exact(tmp_path, capsys):

@@ -136,36 +136,22 @@ def _partitions(B):
         yield tuple(out)
 
 
-def test_brute_force_over_a_whole_stash_space_agrees():
-    """3 layers, B = 4, D = 2 (only layout one fits), stash, unsplit. Enumerated with the
-    Python path (chunk_order + simulate_devices): both partitions of the layers into two
-    chunks, every forward partition of each chunk (8 x 8) and every pair of caps in 1..4
-    (4 is no cap): 2 x 64 x 16 = 2,048 plans. Group and lags do nothing with one chunk per
-    device. The optimum is no seed (an equal plan of torch's schedules); the planner at a
-    generous budget finds it."""
-    problem = synthetic_problem(3, 4, 0)
-    best = np.inf
+def python_path_minimum(problem):
+    """The least T over every plan of layout one on 2 devices of a 3-layer, stash, unsplit
+    problem, each timed by the Python path (chunk_order + simulate_devices)."""
+    B, best = problem.B, np.inf
     for counts in ((1, 2), (2, 1)):
-        for p0, p1 in itertools.product(_partitions(4), repeat=2):
-            for caps in itertools.product(range(1, 5), repeat=2):
+        for p0, p1 in itertools.product(_partitions(B), repeat=2):
+            for caps in itertools.product(range(1, B + 1), repeat=2):
                 plan = ChunkPlan(D=2, layout="one", layers=counts, fwd=(p0, p1),
                                  bwd=(p0, p1), caps=caps)
                 best = min(best, simulate_plan(problem, plan).iteration_time)
-    res = ChunkSearch().plan(problem, 2, budget="evals:20000", seed=0)
-    assert res.start_time > best
-    assert res.iteration_time == best
-    assert simulate_plan(problem, res.plan).iteration_time == best
+    return best
 
 
-def test_brute_force_over_a_whole_split_recompute_space_agrees():
-    """3 layers with split costs, B = 3, D = 2, recompute, split. Enumerated as genome rows
-    with the compiled evaluator (bit-identical to the Python path, tests/test_chunk_eval.py):
-    both layer partitions, per chunk every forward cut pattern (4), backward cut pattern (4)
-    and W mask over the backward cuts (4: every coarsening, some twice), every cap pair in
-    1..3 (3 is no cap) and w_cap pair in 0..3: 2 x 64^2 x 9 x 16 = 1,179,648 rows. Group and
-    lags do nothing with one chunk per device. The planner at a generous budget, split only,
-    finds the same T, which no seed reaches."""
-    problem = random_split_problem(3, 3, 4)
+def every_mask_minimum(problem):
+    """The least T over every genome row of layout one on 2 devices of a 3-layer, B = 3,
+    recompute, split problem, W masks canonical or not, through the compiled evaluator."""
     bits = np.array(list(itertools.product((0, 1), repeat=2)), np.uint8)  # [4, 2]
     chunk = np.array(list(itertools.product(range(4), repeat=3)))  # (fwd, bwd, wgt) per chunk
     pairs = np.array(list(itertools.product(range(len(chunk)), repeat=2)))  # [4096, 2]
@@ -185,6 +171,34 @@ def test_brute_force_over_a_whole_split_recompute_space_agrees():
                     group=np.full(n, 3, np.int64), fwd_lag=np.zeros((n, 2), np.int64),
                     bwd_lag=np.zeros((n, 2), np.int64))
                 best = min(best, float(obj.evaluate(g).min()))
+    return best
+
+
+def test_brute_force_over_a_whole_stash_space_agrees():
+    """3 layers, B = 4, D = 2 (only layout one fits), stash, unsplit. Enumerated with the
+    Python path (chunk_order + simulate_devices): both partitions of the layers into two
+    chunks, every forward partition of each chunk (8 x 8) and every pair of caps in 1..4
+    (4 is no cap): 2 x 64 x 16 = 2,048 plans. Group and lags do nothing with one chunk per
+    device. The optimum is no seed (an equal plan of torch's schedules); the planner at a
+    generous budget finds it."""
+    problem = synthetic_problem(3, 4, 0)
+    best = python_path_minimum(problem)
+    res = ChunkSearch().plan(problem, 2, budget="evals:20000", seed=0)
+    assert res.start_time > best
+    assert res.iteration_time == best
+    assert simulate_plan(problem, res.plan).iteration_time == best
+
+
+def test_brute_force_over_a_whole_split_recompute_space_agrees():
+    """3 layers with split costs, B = 3, D = 2, recompute, split. Enumerated as genome rows
+    with the compiled evaluator (bit-identical to the Python path, tests/test_chunk_eval.py):
+    both layer partitions, per chunk every forward cut pattern (4), backward cut pattern (4)
+    and W mask over the backward cuts (4: every coarsening, some twice), every cap pair in
+    1..3 (3 is no cap) and w_cap pair in 0..3: 2 x 64^2 x 9 x 16 = 1,179,648 rows. Group and
+    lags do nothing with one chunk per device. The planner at a generous budget, split only,
+    finds the same T, which no seed reaches."""
+    problem = random_split_problem(3, 3, 4)
+    best = every_mask_minimum(problem)
     res = ChunkSearch(split="yes").plan(problem, 2, mode="recompute", budget="evals:40000",
                                         seed=0)
     assert res.plan.split and res.iteration_time == best and res.start_time > best

@@ -42,9 +42,10 @@ import numpy as np
 
 from ..chunk_codec import ChunkGenomes, ChunkSpace
 from ..errors import MemoryCapError, Terminated, TimeUp
-from ..plan import MODES
 from ..planners.algorithms._chunk_search_settings import (
     ChunkSearchResult,
+    check_chunk_run,
+    device_capacity,
     torch_baselines,
 )
 from ..planners.evaluation.chunk_objective import ChunkObjective
@@ -139,18 +140,9 @@ class ChunkExact:
         and ignored (the search is deterministic). A SIGINT or SIGTERM ends it with the best
         plan enumerated so far, not proven optimal (``stopped`` says so); so does a time budget
         (``secs:X``), checked before every block."""
-        from ..planners.algorithms.chunk_search import ChunkSearch
-
         t0 = time.perf_counter() if started is None else float(started)
-        if mode not in MODES:
-            raise PlannerError(f"mode must be one of {MODES}, got {mode!r}")
+        check_chunk_run(self.name, problem, D, mode, self.config["split"])
         L = problem.S
-        if isinstance(D, bool) or not isinstance(D, int) or not 1 <= D <= L:
-            raise PlannerError(f"planner {self.name!r}: devices D must be in 1..{L} (the "
-                               f"problem's layers), got {D!r}")
-        if self.config["split"] == "yes" and not problem.has_split_backward:
-            raise PlannerError(f"planner {self.name!r}: split=yes needs split-backward costs; "
-                               f"problem {problem.name!r} has none (ibwd, ribwd, wbwd)")
         b = Budget.parse(budget if budget is not None else self.default_budget)
         limit = int(self.config["max_evaluations"])
         if b.evaluations is not None:
@@ -163,14 +155,14 @@ class ChunkExact:
                 f"D={D}, {mode}): its {len(spaces)} spaces need {need:,} evaluations, over the "
                 f"limit of {limit:,} (the smaller of max_evaluations and the evaluation "
                 "budget); use chunk-search, or raise max_evaluations and the budget")
-        cap = ChunkSearch._capacity(problem, memory_cap)
+        cap = device_capacity(problem, memory_cap)
         baselines = torch_baselines(problem, D, mode, cap)
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=need, desc=self.name, unit="eval", leave=False)
-        best: tuple[float, ChunkSpace, ChunkGenomes] | None = None
+        best: tuple[float, ChunkObjective, ChunkGenomes] | None = None  # T, its space's, row
         start = math.inf
         evals = 0
         interrupted: BaseException | None = None
@@ -188,7 +180,7 @@ class ChunkExact:
                     evals += len(g)
                     i = int(np.argmin(T))
                     if best is None or T[i] < best[0]:
-                        best = (float(T[i]), sp, g.row(i).copy())
+                        best = (float(T[i]), obj, g.row(i).copy())
                     if bar is not None and time.perf_counter() - last >= self.PROGRESS_EVERY:
                         bar.n = evals
                         bar.set_postfix(best=f"{best[0]:.6g}", refresh=False)
@@ -202,12 +194,11 @@ class ChunkExact:
             if bar is not None:
                 bar.close()
         assert best is not None
-        T_best, sp, row = best
+        T_best, obj, row = best
         if not math.isfinite(T_best):
             raise MemoryCapError(f"planner {self.name!r}: no chunk plan of problem "
                                  f"{problem.name!r} on D = {D} devices ({mode}) fits the "
                                  "memory capacity")
-        obj = ChunkObjective(problem, sp, cap)
         plan = obj.decode(row)
         _, peak = obj.evaluator.plan_time(plan)
         res = ChunkSearchResult(

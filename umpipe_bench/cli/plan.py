@@ -300,10 +300,10 @@ def run_devices(args: argparse.Namespace) -> int:
     planner = kinds[name](**_parse_sets(args.settings))
     torch_cap = args.memory_cap is not None and args.memory_cap.strip().lower() == "torch"
     if torch_cap:  # equal memory: what the fastest torch schedule holds
-        from ..planners.algorithms._chunk_search_settings import torch_memory
+        from ..planners.algorithms._chunk_search_settings import device_capacity, torch_memory
 
         try:
-            cap, _ = torch_memory(problem, D, args.mode, ChunkSearch._capacity(problem, None))
+            cap, _ = torch_memory(problem, D, args.mode, device_capacity(problem, None))
         except ValueError as exc:
             raise UserInputError(f"--memory-cap torch: {exc}") from None
     else:

@@ -20,8 +20,8 @@ from ..search.history import History
 from ..search.settings import Setting, SettingsTable
 
 __all__ = ["CHUNK_SEARCH_SETTINGS", "LAYOUTS", "ChunkSearchResult", "TorchBaseline",
-           "layout_options", "torch_baselines", "torch_memory", "torch_seed_plans",
-           "work_balanced_counts"]
+           "check_chunk_run", "device_capacity", "layout_options", "torch_baselines",
+           "torch_memory", "torch_seed_plans", "work_balanced_counts"]
 
 LAYOUTS = ("one", "loop", "v")
 
@@ -197,6 +197,37 @@ def torch_baselines(problem: Problem, D: int, mode: str, cap: float | None,
         _BASELINES.pop(next(iter(_BASELINES)))
     _BASELINES[key] = tuple(out)
     return out
+
+
+def device_capacity(problem: Problem, memory_cap: float | None) -> float | None:
+    """One capacity for every device: ``memory_cap``, else the smallest capacity of the
+    problem's layers (:func:`umpipe_bench.memory.capacities`), else None."""
+    if memory_cap is not None:
+        return float(memory_cap)
+    from ...memory import capacities
+
+    caps = capacities(problem, None)
+    if caps is None:
+        return None
+    finite = [c for c in caps if c is not None and math.isfinite(c)]
+    return min(finite) if finite else None
+
+
+def check_chunk_run(name: str, problem: Problem, D: int, mode: str, split: str) -> None:
+    """What every planner of chunk plans checks before it runs: the mode, ``D`` in ``1..L``,
+    and ``split=yes`` only with split-backward costs; a :class:`PlannerError` naming it."""
+    from ...plan import MODES
+    from ..search.base import PlannerError
+
+    if mode not in MODES:
+        raise PlannerError(f"mode must be one of {MODES}, got {mode!r}")
+    L = problem.S
+    if isinstance(D, bool) or not isinstance(D, int) or not 1 <= D <= L:
+        raise PlannerError(f"planner {name!r}: devices D must be in 1..{L} (the problem's "
+                           f"layers), got {D!r}")
+    if split == "yes" and not problem.has_split_backward:
+        raise PlannerError(f"planner {name!r}: split=yes needs split-backward costs; problem "
+                           f"{problem.name!r} has none (ibwd, ribwd, wbwd)")
 
 
 def torch_memory(problem: Problem, D: int, mode: str, cap: float | None

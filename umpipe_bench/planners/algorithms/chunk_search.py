@@ -45,7 +45,6 @@ from ...chunk_codec import ChunkGenomes, ChunkSpace
 from ...chunkplan import ChunkPlan
 from ...errors import InternalError, MemoryCapError, Terminated
 from ...layout import balanced_counts
-from ...plan import MODES
 from ...problem import Problem
 from ...schema import check_seed
 from ..evaluation.chunk_objective import ChunkObjective
@@ -69,6 +68,8 @@ from ._chunk_search_settings import (
     ChunkSearchResult,
     TorchBaseline,
     _Space,
+    check_chunk_run,
+    device_capacity,
     layout_options,
     torch_baselines,
     torch_seed_plans,
@@ -114,16 +115,9 @@ class ChunkSearch:
         in ``interrupted`` (during the torch baselines, before any plan, it propagates)."""
         t0 = time.perf_counter() if started is None else float(started)
         s = self.config
-        if mode not in MODES:
-            raise PlannerError(f"mode must be one of {MODES}, got {mode!r}")
+        check_chunk_run(self.name, problem, D, mode, s["split"])
         seed = check_seed(seed, f"planner {self.name!r}", PlannerError, allow_none=True)
         L = problem.S
-        if isinstance(D, bool) or not isinstance(D, int) or not 1 <= D <= L:
-            raise PlannerError(f"planner {self.name!r}: devices D must be in 1..{L} (the "
-                               f"problem's layers), got {D!r}")
-        if s["split"] == "yes" and not problem.has_split_backward:
-            raise PlannerError(f"planner {self.name!r}: split=yes needs split-backward costs; "
-                               f"problem {problem.name!r} has none (ibwd, ribwd, wbwd)")
         b = Budget.parse(budget if budget is not None else self.default_budget)
         termination = Termination(b, self.name)
         layouts = layout_options(L, D, tuple(s["layouts"].split(",")))
@@ -132,7 +126,7 @@ class ChunkSearch:
                                f"{L} layers on D = {D} devices")
         splits = {"auto": [False, True] if problem.has_split_backward else [False],
                   "yes": [True], "no": [False]}[s["split"]]
-        cap = self._capacity(problem, memory_cap)
+        cap = device_capacity(problem, memory_cap)
         rng = np.random.default_rng(seed)
         run = _Run(self, problem, D, mode, cap, termination, rng, progress, t0)
         baselines = run.baselines()
@@ -154,19 +148,6 @@ class ChunkSearch:
         res.wall_time = time.perf_counter() - t0
         return res
 
-    @staticmethod
-    def _capacity(problem: Problem, memory_cap: float | None) -> float | None:
-        """One capacity for every device: ``memory_cap``, else the smallest capacity of the
-        problem's layers (:func:`umpipe_bench.memory.capacities`), else None."""
-        if memory_cap is not None:
-            return float(memory_cap)
-        from ...memory import capacities
-
-        caps = capacities(problem, None)
-        if caps is None:
-            return None
-        finite = [c for c in caps if c is not None and math.isfinite(c)]
-        return min(finite) if finite else None
 
 
 class _Run:
