@@ -65,3 +65,16 @@ def test_rows_cmd_needs_from_csv(script, capsys):
         script.main(["--rows-cmd", "x", "--out", "/nonexistent/never"])
     assert exc.value.code == 2
     assert "--rows-cmd go with --from-csv" in capsys.readouterr().err
+
+
+def test_wall_summary_gives_median_and_worst(script, tmp_path):
+    rows = [dict(_row("p1", s, 0.1), wall_s=w, process_s=w + 1.0)
+            for s, w in ((0, 10.0), (1, 30.0), (2, 20.0))]
+    script.write_csv(tmp_path / "a.csv", rows)
+    out = tmp_path / "page"
+    assert script.main(["--from-csv", "--rows", str(tmp_path / "a.csv"), "--out",
+                        str(out)]) == 0
+    md = out.with_suffix(".md").read_text(encoding="utf-8")
+    assert "wall (s): median | max | command (s): max |" in md
+    assert any(line.startswith("| p1 | 4 | stash | 3 |") and line.endswith(
+        "| 20.0 | 30.0 | 31.0 |") for line in md.splitlines())

@@ -307,3 +307,39 @@ def test_schedule_table_names_each_schedule_before_it_runs():
     n = len(TORCH_SCHEDULES)
     assert seen == [(i, n, name) for i, name in enumerate(TORCH_SCHEDULES)]
     assert [r.schedule for r in rows] == list(TORCH_SCHEDULES)
+
+
+def test_schedule_table_groups_each_partition_once(monkeypatch):
+    """The schedules share one cache of chunk problems: a partition is grouped once however
+    many schedules and microbatch counts simulate it."""
+    import umpipe_bench.torch_schedules.best as best
+
+    calls: list[tuple[int, ...]] = []
+    real = best.group_layers
+
+    def counting(problem, counts, *args, **kwargs):
+        calls.append(tuple(counts))
+        return real(problem, counts, *args, **kwargs)
+
+    monkeypatch.setattr(best, "group_layers", counting)
+    rows = best.schedule_table(get_problem("gpt1-s4"), 2)
+    assert sum(r.choice.evaluated for r in rows if r.choice) > len(set(calls)) > 0
+    assert len(calls) == len(set(calls))
+
+
+def test_best_choice_checks_the_lists_it_is_given():
+    """torch's lists are checked once per (v, M), not skipped: a list that drops an action is
+    refused on the first partition simulated."""
+    p = get_problem("sim-s8-b16-s1")
+
+    def short(name, D, M, v):
+        lists = _our_orders(name, D, M, v)
+        return [lists[0][:-1], *lists[1:]]
+
+    with pytest.raises(DevSimError, match="expected either one"):
+        best_choice(p, "1f1b", 2, kind="one", split=False, orders=short)
+    lists = _our_orders("1f1b", 2, 4, None)
+    cp = group_layers(p, (4, 4))
+    a = simulate_devices(cp, (0, 1), lists, edp_sizes(p.B, 4))
+    b = simulate_devices(cp, (0, 1), lists, edp_sizes(p.B, 4), check=False)
+    assert (a.iteration_time, a.ops, a.peak_memory) == (b.iteration_time, b.ops, b.peak_memory)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..devsim import DeviceTimeline, edp_sizes, simulate_devices
+from ..devsim import Action, DeviceTimeline, edp_sizes, parse_action, simulate_devices
 from ..errors import UmpipeError
 from ..layout import chunk_devices, group_layers
 from ..problem import Problem
@@ -113,6 +113,7 @@ def best_choice(
     valid: Callable[[int, int, int | None], bool] = lambda D, M, v: True,
     op_overhead: float = 0.0,
     message_cpu: tuple[float, float] = (0.0, 0.0),
+    grouped: dict[tuple[int, ...], Problem] | None = None,
 ) -> ScheduleChoice | None:
     """The best (``v``, ``M``, partition) of one schedule (module docstring); None when no
     candidate fits the cap (or none is valid).
@@ -124,6 +125,8 @@ def best_choice(
     figure per device. ``op_overhead``: seconds added to every action, ``message_cpu``: the
     CPU charge of a cross-device message on both ends (:func:`umpipe_bench.devsim.
     simulate_devices`; a charge only adds time, so the bound stays a lower bound).
+    ``grouped``: chunk problems by partition, filled as they are made (one dict shared by
+    calls on the same problem groups each partition once).
     """
     L, B = problem.S, problem.B
     if split and not problem.has_split_backward:
@@ -163,13 +166,22 @@ def best_choice(
                 heapq.heappush(heap, (bound, vv, M, counts))
     best: ScheduleChoice | None = None
     evaluated = 0
+    grouped = {} if grouped is None else grouped
+    # per (v, M): torch's lists parsed once, checked with the first partition simulated (the
+    # check depends on the chunk count, the sizes and the devices, not on the partition)
+    lists: dict[tuple[int, int], list[list[Action]]] = {}
     while heap:
         bound, vv, M, counts = heapq.heappop(heap)
         if best is not None and bound >= best.T:
             break
-        tl = simulate_chunks(problem, counts, kind, D, vv, M, mode,
-                             orders(schedule, D, M, None if kind == "one" else vv), op_overhead,
-                             message_cpu)
+        acts = lists.get((vv, M))
+        if acts is None:
+            raw = orders(schedule, D, M, None if kind == "one" else vv)
+            acts = [[a if isinstance(a, Action) else parse_action(a) for a in row]
+                    for row in raw]
+        tl = simulate_chunks(problem, counts, kind, D, vv, M, mode, acts, op_overhead,
+                             message_cpu, grouped=grouped, check=(vv, M) not in lists)
+        lists[(vv, M)] = acts
         evaluated += 1
         peaks = None if tl.peak_memory is None else tuple(tl.peak_memory)
         if not _fits(peaks, memory_cap):
@@ -189,12 +201,21 @@ def _fits(peaks: Sequence[float] | None, cap: float | Sequence[float] | None) ->
 
 
 def simulate_chunks(problem: Problem, counts: Sequence[int], kind: str, D: int, v: int, M: int,
-                    mode: str, lists: list[list[str]], op_overhead: float = 0.0,
-                    message_cpu: tuple[float, float] = (0.0, 0.0)) -> DeviceTimeline:
-    """Simulate per-device ``lists`` on the chunk problem of a partition and layout."""
-    cp = group_layers(problem, counts)
+                    mode: str, lists: Sequence[Sequence[str | Action]], op_overhead: float = 0.0,
+                    message_cpu: tuple[float, float] = (0.0, 0.0), *,
+                    grouped: dict[tuple[int, ...], Problem] | None = None,
+                    check: bool = True) -> DeviceTimeline:
+    """Simulate per-device ``lists`` on the chunk problem of a partition and layout;
+    ``grouped``: a cache of chunk problems by partition; ``check``: as in
+    :func:`umpipe_bench.devsim.simulate_devices`."""
+    key = tuple(int(n) for n in counts)
+    cp = None if grouped is None else grouped.get(key)
+    if cp is None:
+        cp = group_layers(problem, key)
+        if grouped is not None:
+            grouped[key] = cp
     return simulate_devices(cp, chunk_devices(kind, D, v), lists, edp_sizes(problem.B, M), mode,
-                            op_overhead, message_cpu=message_cpu)
+                            op_overhead, message_cpu=message_cpu, check=check)
 
 
 @dataclass(frozen=True)
@@ -233,6 +254,7 @@ def schedule_table(
 
     infos = [schedule_info(n) for n in (names or list(TORCH_SCHEDULES))]
     rows = []
+    grouped: dict[tuple[int, ...], Problem] = {}  # every schedule's partitions, grouped once
     for i, info in enumerate(infos):
         if on_schedule is not None:
             on_schedule(i, len(infos), info.name)
@@ -261,7 +283,8 @@ def schedule_table(
             continue
         choice = best_choice(problem, info.name, D, kind=info.layout, split=info.split_backward,
                              mode=mode, memory_cap=memory_cap, vs=v_opts, orders=torch_orders,
-                             valid=valid, op_overhead=op_overhead, message_cpu=message_cpu)
+                             valid=valid, op_overhead=op_overhead, message_cpu=message_cpu,
+                             grouped=grouped)
         rows.append(TableRow(info.name, info.torch_class, choice,
                              "" if choice is not None else "no (M, partition) fits the "
                              "memory cap" if memory_cap is not None else "no valid M"))
