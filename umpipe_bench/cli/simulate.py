@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from ._numbers import seconds, whole
 from ._paths import path_arg
@@ -122,9 +123,7 @@ def run(args: argparse.Namespace) -> int:
               f"{format_bytes(tl.capacity[over[0]])})")
     if args.show_ops:
         print(format_schedule(ops))
-    for what, path in (("trace", args.trace), ("gantt", args.gantt)):
-        if path:
-            print(f"wrote {what}: {path}")
+    _wrote(args)
     return 0
 
 
@@ -155,10 +154,10 @@ def run_devices(args: argparse.Namespace) -> int:
     from ..memory import format_bytes, parse_size
     from ..torch_schedules import check, schedule_info, torch_orders
     from ._lookup import problem as get_problem
+    from ._paths import check_output_file
 
-    for flag in ("trace", "gantt"):
-        if getattr(args, flag):
-            raise UmpipeError(f"--{flag} is not available with --devices; use --json --events")
+    check_output_file(args.trace, "--trace")
+    check_output_file(args.gantt, "--gantt")
     name, sep, m_text = args.plan.partition(":")
     if not (sep and m_text.strip().isdigit()) and Path(args.plan).is_file():
         return run_chunk_plan(args)
@@ -185,8 +184,13 @@ def run_devices(args: argparse.Namespace) -> int:
     chunks = group_layers(problem, counts)
     mode = args.mode or "stash"
     lists = torch_orders(info.name, D, M, v)
-    tl = simulate_devices(chunks, layout.devices, lists, edp_sizes(problem.B, M), mode,
-                          args.op_overhead)
+    sizes = edp_sizes(problem.B, M)
+    tl = simulate_devices(chunks, layout.devices, lists, sizes, mode, args.op_overhead)
+    _device_pictures(args, tl, [(sizes, sizes, sizes)] * C,
+                     {"problem": problem.name, "schedule": info.name, "mode": mode, "D": D,
+                      "v": v, "M": M, "partition": list(counts)},
+                     f"{problem.name} · {info.name} (v={v}, M={M}) · D={D} · {mode} · "
+                     f"partition {'-'.join(map(str, counts))}")
     cap = parse_size(args.memory_cap) if args.memory_cap is not None else None
     fits = None if cap is None or tl.peak_memory is None else max(tl.peak_memory) <= cap
     if args.json:
@@ -213,6 +217,7 @@ def run_devices(args: argparse.Namespace) -> int:
     if args.show_ops:
         for d, row in enumerate(lists):
             print(f"device {d}: " + " ".join(row))
+    _wrote(args)
     return 0
 
 
@@ -225,7 +230,10 @@ def run_chunk_plan(args: argparse.Namespace) -> int:
     from ..errors import UmpipeError
     from ..memory import format_bytes, parse_size
     from ._lookup import problem as get_problem
+    from ._paths import check_output_file
 
+    check_output_file(args.trace, "--trace")
+    check_output_file(args.gantt, "--gantt")
     for flag in ("chunks", "partition"):
         if getattr(args, flag) is not None:
             raise UmpipeError(f"--{flag} does not apply to a chunk plan file, which gives its "
@@ -239,6 +247,11 @@ def run_chunk_plan(args: argparse.Namespace) -> int:
     problem = get_problem(args.problem)
     tl = simulate_plan(problem, plan, args.op_overhead)
     sched = chunk_order(plan)
+    _device_pictures(args, tl, plan.parts(),
+                     {"problem": problem.name, "plan": args.plan, "mode": plan.mode,
+                      "D": plan.D},
+                     f"{problem.name} · chunk plan {plan.describe()} · D={plan.D} · {plan.mode}"
+                     f" · partition {'-'.join(map(str, plan.layers))}")
     cap = parse_size(args.memory_cap) if args.memory_cap is not None else None
     fits = None if cap is None or tl.peak_memory is None else max(tl.peak_memory) <= cap
     if args.json:
@@ -268,4 +281,28 @@ def run_chunk_plan(args: argparse.Namespace) -> int:
     if args.show_ops:
         for d, row in enumerate(sched.names()):
             print(f"device {d}: " + " ".join(row))
+    _wrote(args)
     return 0
+
+
+def _device_pictures(args: argparse.Namespace, tl: Any, parts: Any, meta: dict[str, Any],
+                     title: str) -> None:
+    """``--trace`` and ``--gantt`` of a timeline on devices (each file written whole)."""
+    from ._paths import writing
+
+    if args.trace:
+        from ..trace import save_device_chrome_trace
+
+        with writing(args.trace, "--trace"):
+            save_device_chrome_trace(tl, parts, args.trace, meta)
+    if args.gantt:
+        from ..trace import save_device_gantt
+
+        with writing(args.gantt, "--gantt"):
+            save_device_gantt(tl, parts, args.gantt, title)
+
+
+def _wrote(args: argparse.Namespace) -> None:
+    for what, path in (("trace", args.trace), ("gantt", args.gantt)):
+        if path:
+            print(f"wrote {what}: {path}")
