@@ -343,3 +343,41 @@ def test_best_choice_checks_the_lists_it_is_given():
     a = simulate_devices(cp, (0, 1), lists, edp_sizes(p.B, 4))
     b = simulate_devices(cp, (0, 1), lists, edp_sizes(p.B, 4), check=False)
     assert (a.iteration_time, a.ops, a.peak_memory) == (b.iteration_time, b.ops, b.peak_memory)
+
+
+@pytest.mark.parametrize("mode", ["stash", "recompute"])
+def test_best_choice_under_a_cap_is_the_brute_force_optimum_that_fits(mode):
+    p = get_problem("sim-s8-b16-s1")
+    free = best_choice(p, "1f1b", 2, kind="one", split=False, mode=mode, orders=_our_orders)
+    for share in (0.95, 0.8, 0.6):
+        cap = free.max_peak * share
+        got = best_choice(p, "1f1b", 2, kind="one", split=False, mode=mode,
+                          orders=_our_orders, memory_cap=cap)
+        fits = [tl.iteration_time for M in divisors(p.B) for c in compositions(p.S, 2)
+                for tl in [simulate_chunks(p, c, "one", 2, 1, M, mode,
+                                           _our_orders("1f1b", 2, M, None))]
+                if max(tl.peak_memory) <= cap]
+        assert (got is None) == (not fits)
+        if fits:
+            assert got.T == min(fits) and got.max_peak <= cap
+
+
+def test_best_choice_checks_memory_before_simulating():
+    """A candidate whose peaks exceed the cap is not simulated: with a cap nothing fits, only
+    the first candidate of each M is (it checks torch's lists)."""
+    import umpipe_bench.torch_schedules.best as best
+
+    p = get_problem("sim-s8-b16-s1")
+    free = best_choice(p, "gpipe", 2, kind="one", split=False, orders=_our_orders)
+    calls = []
+    real = best.simulate_devices
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(best, "simulate_devices", counting)
+        assert best_choice(p, "gpipe", 2, kind="one", split=False, orders=_our_orders,
+                           memory_cap=free.max_peak * 0.01) is None
+    assert 0 < len(calls) <= len(divisors(p.B))

@@ -61,7 +61,7 @@ from typing import Any
 
 from .codec import balanced_sizes
 from .errors import InputError
-from .problem import Problem
+from .problem import Problem, StageMemory
 
 __all__ = [
     "Action",
@@ -473,6 +473,15 @@ def device_peaks(problem: Problem, chunk_device: Sequence[int], lists: Sequence[
     mems = [st.memory for st in problem.stages]
     if any(m is None for m in mems):
         return None
+    return peaks_of(mems, chunk_device, lists, cparts, mode)  # type: ignore[arg-type]
+
+
+def peaks_of(mems: Sequence[StageMemory], chunk_device: Sequence[int],
+             lists: Sequence[Sequence[Action]], cparts: Sequence[ChunkParts], mode: str
+             ) -> list[float]:
+    """:func:`device_peaks` from the chunks' memory figures (``mems[c]``) and partitions
+    (``cparts[c]``) directly, no chunk problem needed (the search of torch's baselines checks
+    a partition's memory before it groups and simulates it)."""
     saved = [m.saved_act_bytes_per_sample for m in mems]  # type: ignore[union-attr]
     inp = [m.input_bytes_per_sample for m in mems]  # type: ignore[union-attr]
     held = [m.w_held_bytes_per_sample if m.w_held_bytes_per_sample is not None  # type: ignore

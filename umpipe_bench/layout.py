@@ -36,6 +36,7 @@ __all__ = [
     "LayoutError",
     "balanced_counts",
     "chunk_devices",
+    "chunk_memory",
     "device_chunks",
     "group_layers",
 ]
@@ -142,6 +143,22 @@ def _split_totals(layers: Sequence[StageCosts], first: bool) -> dict[str, tuple[
     }
 
 
+def chunk_memory(layers: Sequence[StageCosts]) -> StageMemory | None:
+    """The memory figures of a chunk of ``layers`` (None when one lacks them): parameter,
+    saved-activation and held bytes summed, the input bytes of its first layer."""
+    mems = [st.memory for st in layers]
+    if not all(m is not None for m in mems):
+        return None
+    held = [m.w_held_bytes_per_sample for m in mems]  # type: ignore[union-attr]
+    return StageMemory(
+        param_bytes=sum(m.param_bytes for m in mems),  # type: ignore[union-attr]
+        saved_act_bytes_per_sample=sum(
+            m.saved_act_bytes_per_sample for m in mems),  # type: ignore[union-attr]
+        input_bytes_per_sample=mems[0].input_bytes_per_sample,  # type: ignore[union-attr]
+        w_held_bytes_per_sample=None if None in held else sum(held),  # type: ignore
+    )
+
+
 def group_layers(problem: Problem, counts: Sequence[int], name: str | None = None) -> Problem:
     """The chunk problem of a partition: stage ``c`` is chunk ``c``, its costs the sums of its
     layers' costs (module docstring). ``counts`` must add up to the problem's stage count."""
@@ -159,17 +176,7 @@ def group_layers(problem: Problem, counts: Sequence[int], name: str | None = Non
         def total(kind: str, layers: Sequence[StageCosts] = layers) -> tuple[float, ...]:
             return tuple(sum(vals) for vals in zip(*(getattr(st, kind) for st in layers)))
 
-        mems = [st.memory for st in layers]
-        memory = None
-        if all(m is not None for m in mems):
-            held = [m.w_held_bytes_per_sample for m in mems]  # type: ignore[union-attr]
-            memory = StageMemory(
-                param_bytes=sum(m.param_bytes for m in mems),  # type: ignore[union-attr]
-                saved_act_bytes_per_sample=sum(
-                    m.saved_act_bytes_per_sample for m in mems),  # type: ignore[union-attr]
-                input_bytes_per_sample=mems[0].input_bytes_per_sample,  # type: ignore[union-attr]
-                w_held_bytes_per_sample=None if None in held else sum(held),  # type: ignore
-            )
+        memory = chunk_memory(layers)
         far = None
         if any(st.bwd_far is not None for st in layers):  # weighted by each layer's bwd at B
             w = [st.bwd[-1] for st in layers]

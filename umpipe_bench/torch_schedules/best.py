@@ -15,7 +15,10 @@ and the search stops when the bound reaches the best time found. The bound of a 
 time the first microbatch needs to reach its earliest chunk (the forwards of every chunk before
 it, communication left out) plus all its operations and optimizer steps, which it runs one
 after another; the candidate's bound is the largest over its devices. Bounds come from
-per-layer prefix sums, so a candidate costs a few additions until it is simulated.
+per-layer prefix sums, so a candidate costs a few additions until it is simulated. Under a
+memory cap a candidate's peaks are computed first, from its chunks' memory figures and the
+lists alone (:func:`umpipe_bench.devsim.peaks_of`, the simulator's own walk), and one that
+does not fit is not simulated.
 
 This module imports no torch (the default lists come from :func:`.orders.torch_orders`, which
 imports torch when first called).
@@ -31,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..devsim import Action, DeviceTimeline, edp_sizes, parse_action, simulate_devices
+from ..devsim import Action, DeviceTimeline, edp_sizes, parse_action, peaks_of, simulate_devices
 from ..errors import UmpipeError
-from ..layout import chunk_devices, group_layers
+from ..layout import chunk_devices, chunk_memory, group_layers
 from ..problem import Problem
 
 __all__ = ["ScheduleChoice", "best_choice", "compositions", "divisors"]
@@ -170,6 +173,9 @@ def best_choice(
     # per (v, M): torch's lists parsed once, checked with the first partition simulated (the
     # check depends on the chunk count, the sizes and the devices, not on the partition)
     lists: dict[tuple[int, int], list[list[Action]]] = {}
+    # under a cap, each candidate's peaks come first, from its chunks' memory figures alone
+    # (the simulator's own walk, so a candidate skipped here is one it would refuse)
+    mem_of: dict[tuple[int, ...], list[Any] | None] = {}
     while heap:
         bound, vv, M, counts = heapq.heappop(heap)
         if best is not None and bound >= best.T:
@@ -179,6 +185,18 @@ def best_choice(
             raw = orders(schedule, D, M, None if kind == "one" else vv)
             acts = [[a if isinstance(a, Action) else parse_action(a) for a in row]
                     for row in raw]
+        if memory_cap is not None and (vv, M) in lists:
+            if counts not in mem_of:
+                ends = list(accumulate(counts))
+                mems = [chunk_memory(problem.stages[a:b]) for a, b in zip([0, *ends], ends)]
+                mem_of[counts] = None if None in mems else mems
+            mems = mem_of[counts]
+            if mems is not None:
+                sz = edp_sizes(B, M)
+                pk = peaks_of(mems, chunk_devices(kind, D, vv), acts, [(sz, sz, sz)] * len(mems),
+                              mode)
+                if not _fits(tuple(pk), memory_cap):
+                    continue
         tl = simulate_chunks(problem, counts, kind, D, vv, M, mode, acts, op_overhead,
                              message_cpu, grouped=grouped, check=(vv, M) not in lists)
         lists[(vv, M)] = acts
