@@ -84,12 +84,17 @@ def _draw(ax: Any, tl: Timeline, title: str, labels: bool) -> None:
         y = S - 1 - t.src
         ax.barh(y - 0.33, t.t1 - t.t0, left=t.t0, height=0.16, color=COLORS[t.kind],
                 linewidth=0)
-    ax.set_yticks(range(S))
-    ax.set_yticklabels([f"stage {S - 1 - y}" for y in range(S)])
-    ax.set_ylim(-0.6, S - 0.35)
+    _finish_axes(ax, S, "stage", tl.iteration_time, title)
+
+
+def _finish_axes(ax: Any, rows: int, row_name: str, T: float, title: str) -> None:
+    """Row labels (top row first), limits, the title with T first, the grid."""
+    ax.set_yticks(range(rows))
+    ax.set_yticklabels([f"{row_name} {rows - 1 - y}" for y in range(rows)])
+    ax.set_ylim(-0.6, rows - 0.35)
     # T first, so a long title never hides it; wrapped to the axes (tight_layout then makes
     # room for every line above the bars).
-    text = f"T = {tl.iteration_time * 1e3:.2f} ms · {title}"
+    text = f"T = {T * 1e3:.2f} ms · {title}"
     ax.set_title(textwrap.fill(text, width=TITLE_CHARS), fontsize=10, loc="left")
     ax.grid(axis="x", alpha=0.3)
 
@@ -171,6 +176,11 @@ def _device_ops(tl: DeviceTimeline, parts: Any) -> list[tuple[int, str, int, str
     return out
 
 
+def _transfer_kind(what: str) -> str:
+    """``act`` for a transfer sent by a forward (its label is the action), else ``grad``."""
+    return "act" if parse_action(what).kind == "F" else "grad"
+
+
 def device_chrome_trace(tl: DeviceTimeline, parts: Any, meta: dict[str, Any] | None = None
                         ) -> dict[str, Any]:
     """A timeline on devices as Chrome trace events (times in microseconds): device ``d``
@@ -192,7 +202,7 @@ def device_chrome_trace(tl: DeviceTimeline, parts: Any, meta: dict[str, Any] | N
         ev.append({"ph": "X", "pid": 0, "tid": 2 * d, "name": act, "cat": _NAMES[kind],
                    "ts": t0 * 1e6, "dur": (t1 - t0) * 1e6, "args": args})
     for src, dst, what, t0, t1 in tl.transfers:
-        kind = "act" if parse_action(what.split("->")[0]).kind == "F" else "grad"
+        kind = _transfer_kind(what)
         ev.append({"ph": "X", "pid": 0, "tid": 2 * src + 1, "name": what, "cat": kind,
                    "ts": t0 * 1e6, "dur": (t1 - t0) * 1e6, "args": {"src": src, "dst": dst}})
     other: dict[str, Any] = dict(meta or {})
@@ -222,7 +232,8 @@ def device_gantt_figure(tl: DeviceTimeline, parts: Any, title: str, labels: bool
     # a device's chunks after its first are hatched (interleaved and V layouts)
     rank = {c: sum(1 for b in range(c) if tl.chunk_device[b] == d)
             for c, d in enumerate(tl.chunk_device)}
-    for d, _act, c, kind, _mb, t0, t1, smp in _device_ops(tl, parts):
+    ops = _device_ops(tl, parts)
+    for d, _act, c, kind, _mb, t0, t1, smp in ops:
         y = D - 1 - d
         ax.barh(y + 0.1, t1 - t0, left=t0, height=0.62, color=COLORS[kind], edgecolor="white",
                 linewidth=0.4, hatch="///" if rank.get(c, 0) % 2 else None)
@@ -230,19 +241,14 @@ def device_gantt_figure(tl: DeviceTimeline, parts: Any, title: str, labels: bool
             ax.text((t0 + t1) / 2, y + 0.1, f"{c}:{smp[1] - smp[0]}", ha="center",
                     va="center", fontsize=5.5, color="white")
     for src, _dst, what, t0, t1 in tl.transfers:
-        kind = "act" if parse_action(what.split("->")[0]).kind == "F" else "grad"
+        kind = _transfer_kind(what)
         ax.barh(D - 1 - src - 0.33, t1 - t0, left=t0, height=0.16, color=COLORS[kind],
                 linewidth=0)
-    ax.set_yticks(range(D))
-    ax.set_yticklabels([f"device {D - 1 - y}" for y in range(D)])
-    ax.set_ylim(-0.6, D - 0.35)
-    text = f"T = {T * 1e3:.2f} ms · {title}"
-    ax.set_title(textwrap.fill(text, width=TITLE_CHARS), fontsize=10, loc="left")
-    ax.grid(axis="x", alpha=0.3)
+    _finish_axes(ax, D, "device", T, title)
     ax.set_xlabel("time (s); bars: chunk:samples"
                   + ("; hatched: a device's second chunk" if max(rank.values(), default=0)
                      else ""))
-    kinds = {k for _, _, _, k, *_ in _device_ops(tl, parts)}
+    kinds = {k for _, _, _, k, *_ in ops}
     handles = [Patch(color=COLORS[k], label=_NAMES[k]) for k in "FBIWO" if k in kinds]
     handles += [Patch(color=COLORS["act"], label="activation transfer"),
                 Patch(color=COLORS["grad"], label="gradient transfer")]

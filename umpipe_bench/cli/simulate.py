@@ -223,17 +223,15 @@ def run_devices(args: argparse.Namespace) -> int:
 
 def run_chunk_plan(args: argparse.Namespace) -> int:
     """``simulate --devices D --plan FILE``: a chunk plan (docs/CHUNK-SCHEDULES.md) on D
-    devices, its lists made by the chunk rule."""
+    devices, its lists made by the chunk rule (called by :func:`run_devices`, which has
+    checked the output paths)."""
     from ..chunk_schedule import chunk_order
     from ..chunk_torch import simulate_plan
     from ..chunkplan import ChunkPlan
     from ..errors import UmpipeError
     from ..memory import format_bytes, parse_size
     from ._lookup import problem as get_problem
-    from ._paths import check_output_file
 
-    check_output_file(args.trace, "--trace")
-    check_output_file(args.gantt, "--gantt")
     for flag in ("chunks", "partition"):
         if getattr(args, flag) is not None:
             raise UmpipeError(f"--{flag} does not apply to a chunk plan file, which gives its "

@@ -176,6 +176,7 @@ def best_choice(
     # under a cap, each candidate's peaks come first, from its chunks' memory figures alone
     # (the simulator's own walk, so a candidate skipped here is one it would refuse)
     mem_of: dict[tuple[int, ...], list[Any] | None] = {}
+    devs_of = {vv: chunk_devices(kind, D, vv) for vv in v_options}
     while heap:
         bound, vv, M, counts = heapq.heappop(heap)
         if best is not None and bound >= best.T:
@@ -193,8 +194,7 @@ def best_choice(
             mems = mem_of[counts]
             if mems is not None:
                 sz = edp_sizes(B, M)
-                pk = peaks_of(mems, chunk_devices(kind, D, vv), acts, [(sz, sz, sz)] * len(mems),
-                              mode)
+                pk = peaks_of(mems, devs_of[vv], acts, [(sz, sz, sz)] * len(mems), mode)
                 if not _fits(tuple(pk), memory_cap):
                     continue
         tl = simulate_chunks(problem, counts, kind, D, vv, M, mode, acts, op_overhead,
