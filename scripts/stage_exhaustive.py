@@ -10,7 +10,7 @@ family). A sweep that ends where it started shows that no exact one-stage method
 stage's composition included) improves that plan.
 
     PYTHONPATH=$PWD python scripts/stage_exhaustive.py --problem sim-s4-b16-s0 \\
-        --mode recompute --seeds 0-4 --out results/perf/stage-exhaustive.md
+        --mode recompute --seeds 0-4 --set kicks=false --out results/perf/stage-exhaustive.md
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problem", default="sim-s4-b16-s0")
     ap.add_argument("--mode", default="recompute", choices=("stash", "recompute"))
     ap.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,3")
+    ap.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                    help="a TiDGAP setting of the default plans, e.g. kicks=false")
     ap.add_argument("--out", default=None, help="a Markdown page (default: print)")
     a = ap.parse_args(argv)
     problem = get_problem(a.problem)
@@ -75,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stage_exhaustive: --problem {a.problem}: B = {problem.B}, at most {MAX_B} "
               "(2^(B-1) compositions per stage)", file=sys.stderr)
         return 2
+    sets = dict(kv.split("=", 1) for kv in a.set)
     obj = FamilyObjective(problem, a.mode)
     try:
         ref: float | None = BestKnown().value(a.problem, a.mode, "capped")
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         ref = None
     rows = []
     for seed in parse_seeds(a.seeds):
-        res = get_planner("tidgap").plan(problem, mode=a.mode, seed=seed)
+        res = get_planner("tidgap", **sets).plan(problem, mode=a.mode, seed=seed)
         plan = res.plan
         F = partitions_to_bits(plan.fwd, problem.B)
         Bb = partitions_to_bits(plan.bwd, problem.B)
@@ -101,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         f"`{cmd}`",
         "",
         f"Problem `{a.problem}` ({a.mode}; S = {problem.S}, B = {problem.B}). Per seed: TiDGAP's "
-        "default plan (`plan` without `--budget`), then sweeps of exact one-stage moves: per "
+        "default plan (`plan` without `--budget`"
+        + "".join(f", `{k}={v}`" for k, v in sets.items())
+        + "), then sweeps of exact one-stage moves: per "
         f"stage and chromosome all {2 ** (problem.B - 1):,} compositions of the batch, jointly "
         f"with every cap 1..{problem.B} of one stage (any stage), the rest fixed, moving to "
         "the best, until a sweep gains nothing. Best known (capped family): "

@@ -83,8 +83,10 @@ class Settle:
     docs/SEARCH.md "Stopping"): rounds of ``max(round_floor, round_per_bit*S*(B-1))``
     evaluations; the run ends once ``patience`` rounds in a row gain less than ``tolerance``,
     after at least ``min_rounds``, at most ``max_rounds``; ``seconds`` caps the whole command
-    (the run's clock); each round's best is polished with at most ``polish_share`` of a
-    round's evaluations."""
+    (the run's clock); after each round the best plan so far is polished (the iterated
+    descent) with at most ``polish_share`` times a round's evaluations: the kicks find more
+    per evaluation than fresh GA rounds once a round has found a basin, so they get most of
+    the work (results/perf/plan-speed.md)."""
 
     round_floor: int = 250_000
     round_per_bit: int = 16
@@ -93,7 +95,7 @@ class Settle:
     patience: int = 3
     tolerance: float = 5e-4
     seconds: float = 60.0
-    polish_share: float = 1.0
+    polish_share: float = 6.0
     double_every: int = 2
     max_doublings: int = 3
 

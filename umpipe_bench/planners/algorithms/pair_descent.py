@@ -29,7 +29,8 @@ import numpy as np
 from ..evaluation.objective import Genomes
 from .descent import Walk
 
-__all__ = ["CAP_STEPS", "MIN_GAIN", "REACH", "PairResult", "pair_descent", "pair_sweep_cost"]
+__all__ = ["CAP_STEPS", "MIN_GAIN", "REACH", "PairMoves", "PairResult", "pair_descent",
+           "pair_sweep_cost", "walk_from", "walk_genome"]
 
 #: Pairs of cut bits of one stage at most this far apart are flipped together.
 REACH = 8
@@ -65,50 +66,43 @@ def pair_sweep_cost(S: int, B: int, mode: str, caps: bool, reach: int = REACH) -
     return S * (per + (len(CAP_STEPS) + 1 if caps else 0))
 
 
-def pair_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, time: float,
-           mode: str, max_evaluations: int, cap_limits: np.ndarray | None = None,
-           reach: int = REACH) -> PairResult:
-    """Steepest descent from ``genome`` (a batch of one, T ``time``; module docstring).
+class PairMoves:
+    """The pair descent's moves on ``S`` stages of ``B - 1`` cut bits (module docstring),
+    built once: :meth:`sweep` tries them on some stages of a :class:`.descent.Walk`."""
 
-    ``evaluate`` is the caller's counted objective; at most ``max_evaluations`` evaluations
-    are made (a batch that would pass it is not run: the descent ends there).
-    ``cap_limits`` ``[S]`` bounds the caps (stash memory)."""
-    f = np.array(genome.fwd[0], dtype=np.uint8)
-    recompute = mode == "recompute"
-    b = np.array(genome.bwd[0], dtype=np.uint8) if recompute else f
-    k = None if genome.caps is None else np.array(genome.caps[0], dtype=np.int64)
-    S, L = f.shape
-    B = L + 1
-    best, sweeps = float(time), 0
-    if L == 0:
-        return PairResult(genome, best, 0, 0)
-    pi, pj = _pairs(L, reach)
-    flips = np.zeros((len(pi), L), np.uint8)
-    rows = np.arange(len(pi))
-    flips[rows, pi] = 1
-    flips[rows, pj] ^= np.where(pi == pj, 0, 1).astype(np.uint8)
-    near = [(i, j) for i in range(L) for j in (i - 1, i, i + 1) if 0 <= j < L]
-    ni = np.array([a for a, _ in near])
-    nj = np.array([c for _, c in near])
+    def __init__(self, S: int, B: int, mode: str, cap_limits: np.ndarray | None = None,
+                 reach: int = REACH) -> None:
+        L = B - 1
+        self.S, self.B, self.L = S, B, L
+        self.parts = ("f", "b") if mode == "recompute" else ("f",)
+        self.cap_limits = cap_limits
+        pi, pj = _pairs(L, reach)
+        self.flips = np.zeros((len(pi), L), np.uint8)
+        rows = np.arange(len(pi))
+        self.flips[rows, pi] = 1
+        self.flips[rows, pj] ^= np.where(pi == pj, 0, 1).astype(np.uint8)
+        near = [(i, j) for i in range(L) for j in (i - 1, i, i + 1) if 0 <= j < L]
+        self.ni = np.array([a for a, _ in near], dtype=np.int64)
+        self.nj = np.array([c for _, c in near], dtype=np.int64)
 
-    w = Walk(evaluate, f, b, k, best, recompute, max_evaluations)
-
-    while True:
-        start = w.best
-        for s in range(S):
-            for part in ("f", "b") if recompute else ("f",):
+    def sweep(self, w: Walk, stages: range) -> bool:
+        """Every move on ``stages`` (and their next stage), in order; False when a batch
+        would pass the walk's allowance or deadline (the sweep stops there)."""
+        flips, ni, nj, S, B = self.flips, self.ni, self.nj, self.S, self.B
+        for s in stages:
+            for part in self.parts:
                 F, Bb, K = w.copies(len(flips))
                 X = F if part == "f" else Bb
                 X[:, s] ^= flips
                 if w.trial(F, Bb, K) is None:
-                    return _done(w, sweeps)
+                    return False
                 if s + 1 < S:
                     F, Bb, K = w.copies(len(flips))
                     X = F if part == "f" else Bb
                     X[:, s] ^= flips
                     X[:, s + 1] ^= flips
                     if w.trial(F, Bb, K) is None:
-                        return _done(w, sweeps)
+                        return False
                     n = len(ni)
                     F, Bb, K = w.copies(n + 2)
                     X = F if part == "f" else Bb
@@ -117,27 +111,63 @@ def pair_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, tim
                     X[n, s + 1] = X[n, s]
                     X[n + 1, s] = X[n + 1, s + 1]
                     if w.trial(F, Bb, K) is None:
-                        return _done(w, sweeps)
+                        return False
             if w.k is not None:
                 cand = w.k[s] + np.array(CAP_STEPS, dtype=np.int64)
                 if s + 1 < S:
                     cand = np.append(cand, w.k[s + 1])
                 cand = np.clip(cand, 1, B)
-                if cap_limits is not None:
-                    cand = np.minimum(cand, cap_limits[s])
+                if self.cap_limits is not None:
+                    cand = np.minimum(cand, self.cap_limits[s])
                 cand = np.unique(cand[cand != w.k[s]])
                 if len(cand):
                     F, Bb, K = w.copies(len(cand))
                     K[:, s] = cand  # type: ignore[index]
                     if w.trial(F, Bb, K) is None:
-                        return _done(w, sweeps)
-        sweeps += 1
-        if not w.best < start * (1.0 - MIN_GAIN):
-            return _done(w, sweeps)
+                        return False
+        return True
+
+    def descend(self, w: Walk, stages: range) -> tuple[int, bool]:
+        """Sweeps over ``stages`` until one gains less than :data:`MIN_GAIN`: (sweeps,
+        whether the allowance held)."""
+        sweeps = 0
+        while True:
+            start = w.best
+            if not self.sweep(w, stages):
+                return sweeps, False
+            sweeps += 1
+            if not w.best < start * (1.0 - MIN_GAIN):
+                return sweeps, True
 
 
-def _done(w: Walk, sweeps: int) -> PairResult:
+def walk_from(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, time: float,
+              mode: str, allowance: float) -> Walk:
+    """A :class:`.descent.Walk` at ``genome`` (a batch of one, T ``time``), copied."""
+    f = np.array(genome.fwd[0], dtype=np.uint8)
+    recompute = mode == "recompute"
+    b = np.array(genome.bwd[0], dtype=np.uint8) if recompute else f
+    k = None if genome.caps is None else np.array(genome.caps[0], dtype=np.int64)
+    return Walk(evaluate, f, b, k, float(time), recompute, allowance)
+
+
+def walk_genome(w: Walk) -> Genomes:
+    """The walk's current genome as a batch of one (copies)."""
     F = w.f[None].copy()
-    g = Genomes(F, w.b[None].copy() if w.recompute else F,
-                None if w.k is None else w.k[None].copy())
-    return PairResult(g, w.best, w.used, sweeps)
+    return Genomes(F, w.b[None].copy() if w.recompute else F,
+                   None if w.k is None else w.k[None].copy())
+
+
+def pair_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, time: float,
+           mode: str, max_evaluations: int, cap_limits: np.ndarray | None = None,
+           reach: int = REACH) -> PairResult:
+    """Steepest descent from ``genome`` (a batch of one, T ``time``; module docstring).
+
+    ``evaluate`` is the caller's counted objective; at most ``max_evaluations`` evaluations
+    are made (a batch that would pass it is not run: the descent ends there).
+    ``cap_limits`` ``[S]`` bounds the caps (stash memory)."""
+    S, L = genome.fwd.shape[1:]
+    if L == 0:
+        return PairResult(genome, float(time), 0, 0)
+    w = walk_from(evaluate, genome, time, mode, max_evaluations)
+    sweeps, _ = PairMoves(S, L + 1, mode, cap_limits, reach).descend(w, range(S))
+    return PairResult(walk_genome(w), w.best, w.used, sweeps)

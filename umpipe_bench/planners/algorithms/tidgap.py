@@ -120,6 +120,7 @@ from ._tidgap_settings import (
     settle_round,
 )
 from .descent import descent_allowance
+from .iterated import iterated_descent
 from .pair_descent import pair_descent, pair_sweep_cost
 
 __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_RESTARTS",
@@ -154,9 +155,12 @@ SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=
     Setting("restarts", int, "auto", "rounds: the budget split into this many independent "
             "runs, the best wins; auto: as many as give each round max(1000000, 64*S*(B-1)) "
             "evaluations, at most 8", low=1, auto=True),
-    Setting("round_descent", bool, True, "default budget (no --budget): each restart round's "
-            "best improved by the pair descent (steepest descent over pairs of cut bits and "
-            "caps)"),
+    Setting("round_descent", bool, True, "default budget (no --budget): after each restart "
+            "round, the best plan so far improved by the iterated descent (the pair descent "
+            "over pairs of cut bits and caps, then kicks to a few neighbouring stages, each "
+            "followed by it)"),
+    Setting("kicks", bool, True, "with round_descent: the kicks after the pair descent "
+            "(false: the pair descent alone, of each round's own best)"),
     Setting("descent", bool, True, "add the stage descent from the best seed plan to the seed "
             "plans (at most 10 % of an evaluation budget)"),
     Setting("backend", str, "auto", "evaluator of the GPipe schedule (the schedule family "
@@ -172,9 +176,10 @@ class TiDGAP(SearchPlanner):
     """DGAP with whole-population evaluation and compiled array variation.
 
     Budget: without one, the stop rule (:func:`settle_budget`, docs/SEARCH.md "Stopping"):
-    restart rounds that grow, each round's best through the pair descent, until 3 rounds in a
-    row gain less than 0.05 %, at most 60 s; any ``--budget`` is a fixed budget (rounds by
-    ``restarts``; :func:`default_evaluations` is the long search's, 8,000,000 on gpt1-14).
+    restart rounds that grow, each followed by the iterated descent from the best plan so far,
+    until 3 rounds in a row gain less than 0.05 %, at most 60 s; any ``--budget`` is a fixed
+    budget (rounds by ``restarts``; :func:`default_evaluations` is the long search's,
+    8,000,000 on gpt1-14).
 
     Settings: the table :data:`SETTINGS` (docs/SETTINGS.md); the measurements behind each
     default are in this module's docstring.
@@ -242,14 +247,20 @@ class TiDGAP(SearchPlanner):
         fn = None
         sweep = pair_sweep_cost(problem.S, problem.B, mode, family)
         if settings.get("round_descent", True) and room >= sweep:
-            def fn(evaluate: Any, genome: Genomes, T: float, allowance: int
-                   ) -> tuple[Genomes, float, int]:
-                p = pair_descent(evaluate, genome, T, mode, allowance, limits)
+            kicks = bool(settings.get("kicks", True))
+
+            def fn(evaluate: Any, genome: Genomes, T: float, allowance: int,
+                   rng: np.random.Generator) -> tuple[Genomes, float, int]:
+                if not kicks:
+                    d = pair_descent(evaluate, genome, T, mode, allowance, limits)
+                    return d.genome, d.time, d.evaluations
+                p = iterated_descent(evaluate, genome, T, mode, allowance, rng, limits)
                 return p.genome, p.time, p.evaluations
         return SettlingRestarts(
             lambda b, ss: self._engine(problem, mode, settings, b, ss, objective), budget, seed,
             round_evaluations=per, max_rounds=rule.max_rounds, min_rounds=rule.min_rounds,
             patience=rule.patience, tolerance=rule.tolerance, polish=fn,
+            polish_best=bool(settings.get("kicks", True)),
             polish_share=rule.polish_share, double_every=rule.double_every,
             max_doublings=rule.max_doublings)
 

@@ -118,6 +118,9 @@ class SearchAlgorithm:
     #: True once the algorithm has nothing more worth asking (a stop rule of its own, e.g.
     #: :class:`.settle.SettlingRestarts`): the loop ends before its budget does.
     finished: bool = False
+    #: True: the loop adds a history row whenever an evaluation improves the best plan, not
+    #: only after each generation (an algorithm that spends long inside one ``tell``).
+    records_improvements: bool = False
 
     def setup(self, evaluate: Evaluate) -> None:
         """Build the initial population; ``evaluate`` is the loop's counted objective."""
@@ -226,6 +229,9 @@ class SearchLoop:
         #: (SIGTERM) that stopped the run.
         self.interrupted: KeyboardInterrupt | None = None
         self.setup_done = False
+        #: A history row for every improvement inside a batch, not only per generation: for
+        #: algorithms that spend long between generations (``records_improvements``).
+        self._improvement_rows = False
 
     def evaluate(self, genomes: Genomes) -> np.ndarray:
         """T of every genome in the batch; counted against the budget.
@@ -250,7 +256,11 @@ class SearchLoop:
                     if step < n or isinstance(genomes, JoinedGenomes) else genomes)
             times = np.asarray(self.objective.evaluate(part), dtype=np.float64)
             self.evaluations += len(part)
+            before = self.best.value
             self.best.note(part, times)
+            if self._improvement_rows and self.setup_done and self.best.value < before:
+                self.history.append(self.generation, self.evaluations, self.elapsed(),
+                                    self.best.value)
             self.clock.tick(self.evaluations, self.best.value)
             parts.append(times)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -267,6 +277,7 @@ class SearchLoop:
         clock = self.clock
         try:
             clock.phase = "seeding"
+            self._improvement_rows = algo.records_improvements
             algo.bind(self.best)
             algo.setup(self.evaluate)
             self.setup_done = True

@@ -6,7 +6,9 @@ the seed; the seed plans evaluated once, in the first round), but each gets a se
 evaluations (``round_evaluations``, doubled every ``double_every`` rounds, at most
 ``max_doublings`` times: short rounds first, deeper ones while the rule goes on), and there is
 no set number of rounds: after each round the
-round's best is polished (a callable, e.g. :func:`..algorithms.polish.polish`), and the run
+best plan so far (this round's or an earlier one's) is polished (a callable, e.g.
+:func:`..algorithms.iterated.iterated_descent`, with a random stream of its own per round),
+and the run
 ends once ``patience`` rounds in a row have improved the best plan so far by less than
 ``tolerance`` (relative), after at least ``min_rounds`` rounds, or after ``max_rounds``.
 
@@ -29,25 +31,35 @@ from .restarts import RestartEngine, Round
 
 __all__ = ["Polish", "SettlingRestarts"]
 
-#: ``polish(evaluate, genome, T, allowance) -> (genome, T, evaluations)``.
-Polish = Callable[[Evaluate, Genomes, float, int], tuple[Genomes, float, int]]
+#: ``polish(evaluate, genome, T, allowance, rng) -> (genome, T, evaluations)``.
+Polish = Callable[[Evaluate, Genomes, float, int, np.random.Generator],
+                  tuple[Genomes, float, int]]
 
 
 class SettlingRestarts(RestartEngine):
     """Rounds of ``round_evaluations`` each until the stop rule holds (module docstring).
 
-    ``polish_share``: the most of a round's evaluations its polish may spend."""
+    ``polish_share``: the most of a round's evaluations its polish may spend (times the
+    round's). ``polish_best``: polish the best plan so far (False: the round's own best; for a
+    deterministic polish, which gains nothing on a plan it has polished already)."""
+
+    #: A polish spends as much as a round inside one ``tell``: the loop's history notes its
+    #: improvements as they come.
+    records_improvements = True
 
     def __init__(self, build: Callable[[Budget, np.random.SeedSequence], Round],
                  budget: Budget, seed: int | None, *, round_evaluations: int,
                  max_rounds: int, min_rounds: int, patience: int, tolerance: float,
                  polish: Polish | None = None, polish_share: float = 0.25,
+                 polish_best: bool = True,
                  double_every: int = 0, max_doublings: int = 0) -> None:
         super().__init__(build, budget, max_rounds, seed)
         self.round_evaluations = int(round_evaluations)
         self.double_every, self.max_doublings = double_every, max_doublings
         self.min_rounds, self.patience, self.tolerance = min_rounds, patience, tolerance
-        self.polish_fn, self.polish_share = polish, polish_share
+        self.polish_fn, self.polish_share, self.polish_best = polish, polish_share, polish_best
+        # the polishes' random streams: children of the seed after the rounds' ones
+        self.polish_streams = np.random.SeedSequence(seed).spawn(2 * max_rounds)[max_rounds:]
         self.polished: list[tuple[Genomes, float]] = []
         self.polish_used = 0
         #: The best T after each round (polish included): what the rule reads.
@@ -82,14 +94,16 @@ class SettlingRestarts(RestartEngine):
         return not self.round_best[-1] < ref * (1.0 - self.tolerance)
 
     def _end_round(self) -> None:
-        """Polish the round's best, note the best so far."""
+        """Polish the best plan so far, note the best so far."""
         assert self._evaluate is not None
-        genome, T = self.current.best()
+        genome, T = self.best() if self.polish_best else self.current.best()
         if self.polish_fn is not None and np.isfinite(T):
-            room = int(self.polish_share * self.round_size(len(self.engines) - 1))
+            r = len(self.engines) - 1
+            room = int(self.polish_share * self.round_size(r))
             if self.budget.evaluations is not None:
                 room = min(room, self.budget.evaluations - self.used)
-            g, t, used = self.polish_fn(self._evaluate, genome, T, room)
+            rng = np.random.default_rng(self.polish_streams[r])
+            g, t, used = self.polish_fn(self._evaluate, genome, T, room, rng)
             self.polish_used += used
             if t < T:
                 self.polished.append((g, t))

@@ -1,0 +1,141 @@
+"""Iterated descent: kicks to a few neighbouring stages, each followed by the pair descent.
+
+docs/SEARCH.md, "Stopping". The pair descent (:mod:`.pair_descent`) ends at a plan no single
+or paired move improves; the plans faster still differ from it in several stages at once.
+An iterated local search reaches them: from the current plan, a **kick** rewrites a window of
+one to :data:`WINDOW` neighbouring stages, each stage of the window in one way drawn for the
+whole kick:
+
+* a balanced split into ``k`` microbatches, ``k`` uniform in ``1..B``;
+* two to five of its cut bits flipped;
+* its neighbour's partition (the previous or the next stage);
+* a run of two to eight cut bits redrawn at random;
+* in recompute mode, its backward partition given its forward one, or the reverse;
+
+in recompute mode a partition move rewrites the forward, the backward or both; with caps,
+each stage of the window has its cap moved by up to :data:`CAP_KICK` samples with probability
+:data:`CAP_KICK_RATE` (clamped to what memory allows). The pair descent then runs on the
+window and its two neighbours only; a kicked plan that beats the current one is polished by
+a full pair descent. The walk moves to the kicked plan when it is faster than the current
+one, or within :data:`ACCEPT` of the best found (so it can cross plateaus and shallow ridges
+without drifting far); the result is the best plan found. The walk ends when its allowance is
+spent or, sooner, once it has gone :data:`STALL` kicks, or as many kicks as it took to its
+last improvement if that is more, without improving the best plan (a small problem's optimum
+is found in a few kicks; a large one keeps improving).
+
+The kicks come from the caller's ``numpy.random.Generator``: one generator, one result. The
+default budget's figures with it are in ``results/perf/plan-speed.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..evaluation.encoding import edp_row
+from ..evaluation.objective import Genomes
+from .pair_descent import PairMoves, walk_from, walk_genome
+
+__all__ = ["ACCEPT", "CAP_KICK", "CAP_KICK_RATE", "STALL", "WINDOW", "IteratedResult",
+           "iterated_descent"]
+
+#: A kicked plan within this fraction of the best found may become the current plan.
+ACCEPT = 0.005
+#: A kick rewrites 1..WINDOW neighbouring stages.
+WINDOW = 3
+#: The walk ends after this many kicks without a better plan (or more, see the docstring).
+STALL = 64
+#: A kicked stage's cap moves by at most this many samples ...
+CAP_KICK = 8
+#: ... with this probability.
+CAP_KICK_RATE = 0.3
+
+
+@dataclass
+class IteratedResult:
+    """The best plan found (a batch of one), its T, the evaluations spent and the kicks."""
+
+    genome: Genomes
+    time: float
+    evaluations: int
+    kicks: int
+
+
+def _kick(rng: np.random.Generator, f: np.ndarray, b: np.ndarray, k: np.ndarray | None,
+          recompute: bool, cap_limits: np.ndarray | None) -> range:
+    """Rewrite a window of stages of ``(f, b, k)`` in place (module docstring); the window."""
+    S, L = f.shape
+    B = L + 1
+    s = int(rng.integers(S))
+    window = range(s, min(S, s + int(rng.integers(1, WINDOW + 1))))
+    kind = int(rng.integers(5 if recompute else 4))
+    for t in window:
+        if kind == 4:  # recompute: one partition of the stage takes the other
+            if rng.random() < 0.5:
+                b[t] = f[t]
+            else:
+                f[t] = b[t]
+        else:
+            if not recompute:
+                rows = [f]
+            elif rng.random() < 0.5:
+                rows = [f, b]
+            else:
+                rows = [f if rng.random() < 0.5 else b]
+            for X in rows:
+                if kind == 0:
+                    X[t] = edp_row(B, int(rng.integers(1, B + 1)))
+                elif kind == 1:
+                    X[t, rng.choice(L, size=min(L, int(rng.integers(2, 6))), replace=False)] ^= 1
+                elif kind == 2:
+                    up = t > 0 and (t == S - 1 or rng.random() < 0.5)
+                    X[t] = X[t - 1] if up else X[t + 1] if t + 1 < S else X[t]
+                else:
+                    a = int(rng.integers(L))
+                    n = len(X[t, a:a + int(rng.integers(2, 9))])
+                    X[t, a:a + n] = rng.integers(0, 2, size=n)
+        if k is not None and rng.random() < CAP_KICK_RATE:
+            top = B if cap_limits is None else int(cap_limits[t])
+            k[t] = int(np.clip(k[t] + rng.integers(-CAP_KICK, CAP_KICK + 1), 1, max(1, top)))
+    return window
+
+
+def iterated_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, time: float,
+                     mode: str, max_evaluations: int, rng: np.random.Generator,
+                     cap_limits: np.ndarray | None = None) -> IteratedResult:
+    """Iterated descent from ``genome`` (a batch of one, T ``time``; module docstring).
+
+    ``evaluate`` is the caller's counted objective; at most ``max_evaluations`` evaluations
+    are made (a batch that would pass it is not run: the walk ends there). ``cap_limits``
+    ``[S]`` bounds the caps (stash memory)."""
+    S, L = genome.fwd.shape[1:]
+    if L == 0 or max_evaluations <= 0:
+        return IteratedResult(genome, float(time), 0, 0)
+    recompute = mode == "recompute"
+    moves = PairMoves(S, L + 1, mode, cap_limits)
+    w = walk_from(evaluate, genome, time, mode, max_evaluations)
+    used, kicks, last = 0, 0, 0
+    _, ok = moves.descend(w, range(S))
+    used += w.used
+    best = current = (walk_genome(w), w.best)
+    while ok and used < max_evaluations and kicks - last < max(STALL, last):
+        g = current[0].copy()
+        f, b, k = g.fwd[0], g.bwd[0], None if g.caps is None else g.caps[0]
+        window = _kick(rng, f, b if recompute else f, k, recompute, cap_limits)
+        if used + 1 > max_evaluations:
+            break
+        t = float(evaluate(g)[0])
+        used += 1
+        kicks += 1
+        w = walk_from(evaluate, g, t, mode, max_evaluations - used)
+        _, ok = moves.descend(w, range(max(0, window.start - 1), min(S, window.stop + 1)))
+        if ok and w.best < current[1] * (1.0 - 1e-6):
+            _, ok = moves.descend(w, range(S))
+        used += w.used
+        if w.best < current[1] or w.best < best[1] * (1.0 + ACCEPT):
+            current = (walk_genome(w), w.best)
+            if current[1] < best[1]:
+                best, last = current, kicks
+    return IteratedResult(best[0], best[1], used, kicks)
