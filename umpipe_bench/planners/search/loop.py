@@ -256,9 +256,9 @@ class SearchLoop:
                     if step < n or isinstance(genomes, JoinedGenomes) else genomes)
             times = np.asarray(self.objective.evaluate(part), dtype=np.float64)
             self.evaluations += len(part)
-            before = self.best.value
+            prior = self.best.value
             self.best.note(part, times)
-            if self._improvement_rows and self.setup_done and self.best.value < before:
+            if self._improvement_rows and self.setup_done and self.best.value < prior:
                 self.history.append(self.generation, self.evaluations, self.elapsed(),
                                     self.best.value)
             self.clock.tick(self.evaluations, self.best.value)
