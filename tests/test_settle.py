@@ -141,3 +141,26 @@ def test_pair_descent_keeps_to_its_allowance():
     for room in (0, 5, 40, 100):
         r = pair_descent(obj.evaluate, Genomes(f, f.copy(), k), T0, "recompute", room)
         assert r.evaluations <= room and r.time <= T0
+
+
+def test_the_progress_phase_names_the_descent_and_returns_to_the_search(monkeypatch):
+    """A later round's initial population hands the phase back; the polish names itself (the
+    progress bar's ``phase=`` and the line a signal prints)."""
+    from umpipe_bench.planners.evaluation import clock as clock_mod
+
+    seen: list[str] = []
+    tick = clock_mod.RunClock.tick
+
+    def noted(self, *a, **k):  # type: ignore[no-untyped-def]
+        seen.append(self.phase)
+        return tick(self, *a, **k)
+
+    monkeypatch.setattr(clock_mod.RunClock, "tick", noted)
+    monkeypatch.setattr(tidgap, "SETTLE", QUICK)
+    tidgap.TiDGAP().plan(SMALL, mode="stash", seed=1)
+    assert "the iterated descent" in seen
+    runs = [p for i, p in enumerate(seen) if i == 0 or seen[i - 1] != p]
+    # every initial population after the first is followed by the search again
+    after = [runs[i + 1] for i, p in enumerate(runs[:-1]) if p == "the initial population"]
+    assert after and all(p == "the search" for p in after[1:]), runs
+    assert seen[-1] != "the initial population"

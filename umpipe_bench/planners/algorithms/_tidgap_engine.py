@@ -154,7 +154,7 @@ class TiDGAPEngine(SearchAlgorithm):
         from ..evaluation.clock import current
 
         clock = current()
-        clock.phase = "the initial population"
+        phase, clock.phase = clock.phase, "the initial population"
         evaluate = self._counting(evaluate)
         fb, bb, n_seed = initial_population(self.problem, self.mode, self.P, self.rng, seeds)
         clock.tick()
@@ -175,6 +175,7 @@ class TiDGAPEngine(SearchAlgorithm):
                                             self.pop_k[n_seed:]))
         self.start_time = float(t.min())
         self._update_elites()
+        clock.phase = phase  # a later restart round populates mid-search
 
     def _update_elites(self) -> None:
         """The best ``elites`` distinct individuals (a hall of fame: with elitism the

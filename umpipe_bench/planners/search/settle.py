@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..evaluation.clock import current as current_clock
 from ..evaluation.objective import Genomes
 from .base import Budget
 from .loop import Evaluate
@@ -103,7 +104,10 @@ class SettlingRestarts(RestartEngine):
             if self.budget.evaluations is not None:
                 room = min(room, self.budget.evaluations - self.used)
             rng = np.random.default_rng(self.polish_streams[r])
+            clock = current_clock()
+            phase, clock.phase = clock.phase, "the iterated descent"
             g, t, used = self.polish_fn(self._evaluate, genome, T, room, rng)
+            clock.phase = phase  # not on a signal or the deadline: the stop note names it
             self.polish_used += used
             if t < T:
                 self.polished.append((g, t))
