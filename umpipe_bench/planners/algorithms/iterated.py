@@ -121,11 +121,9 @@ def iterated_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes,
     used += w.used
     best = current = (walk_genome(w), w.best)
     while ok and used < max_evaluations and kicks - last < max(STALL, last):
-        g = current[0].copy()
-        f, b, k = g.fwd[0], g.bwd[0], None if g.caps is None else g.caps[0]
-        window = _kick(rng, f, b if recompute else f, k, recompute, cap_limits)
-        if used + 1 > max_evaluations:
-            break
+        g = current[0].copy()  # stash: the copy's backward is its forward
+        window = _kick(rng, g.fwd[0], g.bwd[0], None if g.caps is None else g.caps[0],
+                       recompute, cap_limits)
         t = float(evaluate(g)[0])
         used += 1
         kicks += 1

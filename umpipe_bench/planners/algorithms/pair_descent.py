@@ -73,7 +73,7 @@ class PairMoves:
     def __init__(self, S: int, B: int, mode: str, cap_limits: np.ndarray | None = None,
                  reach: int = REACH) -> None:
         L = B - 1
-        self.S, self.B, self.L = S, B, L
+        self.S, self.B = S, B
         self.parts = ("f", "b") if mode == "recompute" else ("f",)
         self.cap_limits = cap_limits
         pi, pj = _pairs(L, reach)

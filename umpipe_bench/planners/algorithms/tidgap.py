@@ -246,9 +246,8 @@ class TiDGAP(SearchPlanner):
         room = int(rule.polish_share * per)
         fn = None
         sweep = pair_sweep_cost(problem.S, problem.B, mode, family)
+        kicks = bool(settings.get("kicks", True))
         if settings.get("round_descent", True) and room >= sweep:
-            kicks = bool(settings.get("kicks", True))
-
             def fn(evaluate: Any, genome: Genomes, T: float, allowance: int,
                    rng: np.random.Generator) -> tuple[Genomes, float, int]:
                 if not kicks:
@@ -260,7 +259,7 @@ class TiDGAP(SearchPlanner):
             lambda b, ss: self._engine(problem, mode, settings, b, ss, objective), budget, seed,
             round_evaluations=per, max_rounds=rule.max_rounds, min_rounds=rule.min_rounds,
             patience=rule.patience, tolerance=rule.tolerance, polish=fn,
-            polish_best=bool(settings.get("kicks", True)),
+            polish_best=kicks,
             polish_share=rule.polish_share, double_every=rule.double_every,
             max_doublings=rule.max_doublings)
 
