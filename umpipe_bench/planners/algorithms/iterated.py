@@ -14,14 +14,17 @@ whole kick:
 
 in recompute mode a partition move rewrites the forward, the backward or both; with caps,
 each stage of the window has its cap moved by up to :data:`CAP_KICK` samples with probability
-:data:`CAP_KICK_RATE` (clamped to what memory allows). The pair descent then runs on the
-window and its two neighbours only; a kicked plan that beats the current one is polished by
-a full pair descent. The walk moves to the kicked plan when it is faster than the current
-one, or within :data:`ACCEPT` of the best found (so it can cross plateaus and shallow ridges
-without drifting far); the result is the best plan found. The walk ends when its allowance is
-spent or, sooner, once it has gone :data:`STALL` kicks, or as many kicks as it took to its
-last improvement if that is more, without improving the best plan (a small problem's optimum
-is found in a few kicks; a large one keeps improving).
+:data:`CAP_KICK_RATE` (clamped to what memory allows). With probability ``1 / (2 S)`` the kick
+is instead a **column kick**: every stage's first (or last) microbatch is given one size, a
+random stage's own first (last) size plus -2..2 samples, at most ``B // 2`` (the pipeline's
+fill and drain are shared by all stages; a window move cannot align them at once); its window
+is every stage. The pair descent then runs on the window and its two neighbours only; a kicked
+plan that beats the current one is polished by a full pair descent. The walk moves to the
+kicked plan when it is faster than the current one, or within :data:`ACCEPT` of the best found
+(so it can cross plateaus and shallow ridges without drifting far); the result is the best plan
+found. The walk ends when its allowance is spent or, sooner, once it has gone :data:`STALL`
+kicks, or as many kicks as it took to its last improvement if that is more, without improving
+the best plan (a small problem's optimum is found in a few kicks; a large one keeps improving).
 
 The kicks come from the caller's ``numpy.random.Generator``: one generator, one result. The
 default budget's figures with it are in ``results/perf/plan-speed.md``.
@@ -63,6 +66,17 @@ class IteratedResult:
     kicks: int
 
 
+def _parts(rng: np.random.Generator, f: np.ndarray, b: np.ndarray,
+           recompute: bool) -> list[np.ndarray]:
+    """The partitions a move rewrites: the forward (stash); in recompute mode the forward
+    and the backward (probability one half), else one of them."""
+    if not recompute:
+        return [f]
+    if rng.random() < 0.5:
+        return [f, b]
+    return [f if rng.random() < 0.5 else b]
+
+
 def _kick(rng: np.random.Generator, f: np.ndarray, b: np.ndarray, k: np.ndarray | None,
           recompute: bool, cap_limits: np.ndarray | None) -> range:
     """Rewrite a window of stages of ``(f, b, k)`` in place (module docstring); the window."""
@@ -70,6 +84,20 @@ def _kick(rng: np.random.Generator, f: np.ndarray, b: np.ndarray, k: np.ndarray 
     B = L + 1
     s = int(rng.integers(S))
     window = range(s, min(S, s + int(rng.integers(1, WINDOW + 1))))
+    if rng.random() < 1.0 / (2 * S):  # every stage's first (or last) microbatch: one size
+        first = rng.random() < 0.5
+        parts = _parts(rng, f, b, recompute)
+        cuts = np.flatnonzero(parts[0][s])  # the size near one stage's: theirs +-2
+        now = (int(cuts[0]) + 1 if first else L - int(cuts[-1])) if len(cuts) else B
+        size = int(np.clip(now + rng.integers(-2, 3), 1, max(1, B // 2)))
+        for X in parts:
+            if first:
+                X[:, :size - 1] = 0
+                X[:, size - 1] = 1
+            else:
+                X[:, L - size + 1:] = 0
+                X[:, L - size] = 1
+        return range(S)
     kind = int(rng.integers(5 if recompute else 4))
     for t in window:
         if kind == 4:  # recompute: one partition of the stage takes the other
@@ -78,13 +106,7 @@ def _kick(rng: np.random.Generator, f: np.ndarray, b: np.ndarray, k: np.ndarray 
             else:
                 f[t] = b[t]
         else:
-            if not recompute:
-                rows = [f]
-            elif rng.random() < 0.5:
-                rows = [f, b]
-            else:
-                rows = [f if rng.random() < 0.5 else b]
-            for X in rows:
+            for X in _parts(rng, f, b, recompute):
                 if kind == 0:
                     X[t] = edp_row(B, int(rng.integers(1, B + 1)))
                 elif kind == 1:
