@@ -162,8 +162,8 @@ def test_the_default_plan_reaches_a_proven_optimum_the_rounds_alone_missed():
 @pytest.mark.parametrize("recompute", [False, True])
 def test_the_column_kick_gives_every_stage_one_first_or_last_microbatch(recompute):
     """A window kick rewrites at most WINDOW stages; the one kick that returns every stage of
-    six gives all of them one first (or one last) microbatch size, in the forward or the
-    backward partitions it rewrote, and leaves the other partition and the caps alone."""
+    six gives all of them one first (or one last) microbatch size in each partition it
+    rewrote, and leaves the caps alone."""
     S, B = 6, 20
     assert S > WINDOW + 1
     rng = np.random.default_rng(7)
@@ -180,14 +180,11 @@ def test_the_column_kick_gives_every_stage_one_first_or_last_microbatch(recomput
         seen += 1
         assert (k == B).all()
         changed = [X for X, X0 in ((f, f0), (b, b0)) if not np.array_equal(X, X0)]
-        for X, X0 in ((f, f0), (b, b0)):
-            if not any(X is c for c in changed):
-                assert np.array_equal(X, X0)
         for X in changed:
             firsts = {_sizes(X[t])[0] for t in range(S)}
             lasts = {_sizes(X[t])[-1] for t in range(S)}
             assert len(firsts) == 1 or len(lasts) == 1
-            assert min(firsts | lasts) >= 1 and (len(firsts) > 1 or max(firsts) <= B // 2)
+            assert len(firsts) > 1 or max(firsts) <= B // 2
     assert seen >= 20
 
 

@@ -86,7 +86,7 @@ class Settle:
     (the run's clock); after each round the best plan so far is polished (the iterated
     descent) with at most ``polish_share`` times a round's evaluations (shares 2 and 6, and 4
     with rounds of 100,000, compared on vgg16 and sim-s16-b64-s1 seeds 0-3: `git show
-    ffb78c9`; patience 5 against 3 on the S = 4 problems, seeds 0-9: the commit that set it;
+    ffb78c9`; patience 5 against 3 on the S = 4 problems, seeds 0-9: `git show f40ab5c`;
     the default's figures: results/perf/plan-speed.md)."""
 
     round_floor: int = 250_000
