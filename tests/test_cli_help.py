@@ -32,3 +32,14 @@ def test_options_with_a_default_show_it(name):
         if "default" not in text or not all(str(x) in text for x in shown):
             missing.append(f"{'/'.join(a.option_strings)} (default {a.default!r}): {text}")
     assert not missing, "\n".join(missing)
+
+
+def test_plan_help_states_the_stop_rule_in_force():
+    # the default budget's words come from the rule itself, so they follow its settings
+    from umpipe_bench.planners.algorithms._tidgap_settings import SETTLE
+
+    text = " ".join(_subparsers()["plan"].format_help().split())
+    assert (f"until {SETTLE.patience} in a row gain less than {100 * SETTLE.tolerance:g} %"
+            in text), text
+    assert f"at least {SETTLE.min_rounds} rounds, at most {SETTLE.max_rounds}" in text
+    assert f"at most {SETTLE.seconds:g} s" in text

@@ -21,6 +21,13 @@ from ..errors import Terminated, UserInputError
 from ._numbers import whole
 from ._paths import path_arg
 
+
+def _settle_text() -> str:
+    """TiDGAP's stop rule in words, from the rule itself."""
+    from ..planners.algorithms._tidgap_settings import settle_text
+
+    return settle_text()
+
 #: The most of a time budget the report's EDP reference scans take before the planner runs
 #: (they are partial then, and the report says how far they got; a planner that needs them,
 #: as the schedule family's do, carries them on in its own seeding).
@@ -94,8 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "range); the same seed gives the same plan")
     p.add_argument("--budget", default=None,
                    help="evals:N, gens:N, secs:X or a comma-separated mix (first reached stops); "
-                   "default: the planner's own (tidgap: restart rounds until 3 in a row gain "
-                   "less than 0.05 %%, at most 60 s; docs/SEARCH.md \"Stopping\")")
+                   "default: the planner's own (tidgap: " + _settle_text().replace("%", "%%")
+                   + "; docs/SEARCH.md \"Stopping\")")
     p.add_argument("--set", dest="settings", action="append", metavar="KEY=VALUE",
                    help="a planner setting (repeatable)")
     p.add_argument("--memory-cap", metavar="SIZE",

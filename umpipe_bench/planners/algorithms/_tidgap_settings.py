@@ -16,7 +16,7 @@ from ..search.settings import auto_or
 __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_RESTARTS",
            "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTLE", "Settle", "auto_restarts",
            "default_evaluations", "parse_restarts", "parse_revive", "settle_budget",
-           "settle_round"]
+           "settle_round", "settle_text"]
 
 #: TiDGAP's default budget (:func:`default_evaluations`): the larger of ``BUDGET_PER_BIT``
 #: evaluations per cut bit (``12*S*(B-1)``: 785,664 at S = 64, B = 1024, where, with the stage
@@ -103,6 +103,13 @@ class Settle:
 
 #: The default budget's stop rule.
 SETTLE = Settle()
+
+
+def settle_text(rule: Settle = SETTLE) -> str:
+    """The rule in words, as ``--help`` and the docstrings give it."""
+    return (f"restart rounds until {rule.patience} in a row gain less than "
+            f"{100 * rule.tolerance:g} % (at least {rule.min_rounds} rounds, at most "
+            f"{rule.max_rounds}), at most {rule.seconds:g} s")
 
 
 def settle_round(problem: Problem, rule: Settle = SETTLE) -> int:

@@ -177,7 +177,8 @@ class TiDGAP(SearchPlanner):
 
     Budget: without one, the stop rule (:func:`settle_budget`, docs/SEARCH.md "Stopping"):
     restart rounds that grow, each followed by the iterated descent from the best plan so far,
-    until 3 rounds in a row gain less than 0.05 %, at most 60 s; any ``--budget`` is a fixed
+    until :data:`SETTLE`'s ``patience`` rounds in a row gain less than its ``tolerance``, at
+    most its ``seconds``; any ``--budget`` is a fixed
     budget (rounds by ``restarts``; :func:`default_evaluations` is the long search's,
     8,000,000 on gpt1-14).
 
