@@ -164,3 +164,72 @@ def test_the_progress_phase_names_the_descent_and_returns_to_the_search(monkeypa
     after = [runs[i + 1] for i, p in enumerate(runs[:-1]) if p == "the initial population"]
     assert after and all(p == "the search" for p in after[1:]), runs
     assert seen[-1] != "the initial population"
+
+
+class _Round:
+    """A search round whose own best is a given T after one batch of 10 evaluations."""
+
+    def __init__(self, T: float) -> None:
+        self.T, self.used, self.generation = T, 0, 0
+        self.seeds = self.preset_seeds = None
+        self.g = Genomes(np.zeros((1, 2, 3), np.uint8), np.zeros((1, 2, 3), np.uint8))
+
+    def setup(self, evaluate: object) -> None:
+        pass
+
+    def ask_size(self) -> int:
+        return 10
+
+    def ask(self) -> Genomes:
+        return self.g
+
+    def tell(self, genomes: Genomes, times: np.ndarray) -> None:
+        self.used += 10
+        self.generation += 1
+
+    def best(self) -> tuple[Genomes, float]:
+        return self.g, self.T
+
+    @property
+    def best_time(self) -> float:
+        return self.T if self.used else float("inf")
+
+    start_time = 0.0
+
+
+def _drive(round_T: list[float], polish_gain: float, ga_rounds: int | None
+           ) -> tuple[SettlingRestarts, list[float]]:
+    """Run the rule on rounds of given own bests and a polish that lowers T by a factor."""
+    polished: list[float] = []
+
+    def polish(evaluate, genome, T, allowance, rng):  # type: ignore[no-untyped-def]
+        polished.append(T)
+        return genome, T * polish_gain, 5
+
+    e = SettlingRestarts(lambda b, ss: _Round(round_T[len(e.engines)]),
+                         Budget(evaluations=10**6), 0, round_evaluations=10, max_rounds=8,
+                         min_rounds=3, patience=2, tolerance=1e-3, polish=polish,
+                         ga_rounds=ga_rounds)
+    e.setup(lambda g: np.zeros(len(g)))
+    while not e.finished:
+        g = e.ask()
+        e.tell(g, np.zeros(len(g)))
+    return e, polished
+
+
+def test_rounds_whose_search_stops_paying_become_the_polish_alone():
+    # the search's own bests never beat the best so far after round 0: from round 2 on the
+    # rounds are the polish alone, each of the best plan so far
+    e, polished = _drive([10.0, 11.0, 12.0, 9.0] + [1.0] * 4, 0.99, ga_rounds=2)
+    assert len(e.engines) == 2 and len(e.round_best) == 8  # max_rounds: the polish kept paying
+    assert polished == pytest.approx([10.0 * 0.99 ** k for k in range(8)])
+    assert e.best_time == pytest.approx(10.0 * 0.99 ** 8)
+    # every round the search (None): the third round's own best, 9.0, is found; with
+    # ga_rounds=2 the second round did not pay, so the third is the polish alone (the trade)
+    e, _ = _drive([10.0, 11.0, 9.0] + [20.0] * 5, 1.0, ga_rounds=None)
+    assert len(e.engines) == len(e.round_best) == 5 and e.best_time == 9.0
+    e, _ = _drive([10.0, 11.0, 9.0] + [20.0] * 5, 1.0, ga_rounds=2)
+    assert len(e.engines) == 2 and len(e.round_best) == 3 and e.best_time == 10.0
+    # a search round that pays keeps the next one a search round
+    e, _ = _drive([10.0, 9.0, 8.0, 7.0, 20.0, 20.0, 20.0, 20.0], 1.0, ga_rounds=2)
+    assert len(e.engines) == 5 and len(e.round_best) == 6 and e.best_time == 7.0

@@ -99,6 +99,7 @@ class Settle:
     polish_share: float = 6.0
     double_every: int = 2
     max_doublings: int = 3
+    ga_rounds: int = 2
 
 
 #: The default budget's stop rule.

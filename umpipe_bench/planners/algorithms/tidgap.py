@@ -262,7 +262,7 @@ class TiDGAP(SearchPlanner):
             patience=rule.patience, tolerance=rule.tolerance, polish=fn,
             polish_best=kicks,
             polish_share=rule.polish_share, double_every=rule.double_every,
-            max_doublings=rule.max_doublings)
+            max_doublings=rule.max_doublings, ga_rounds=rule.ga_rounds)
 
     def _engine(self, problem: Problem, mode: str, settings: dict[str, Any], budget: Budget,
                 seed: int | np.random.SeedSequence | None, objective: Objective

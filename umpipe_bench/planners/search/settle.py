@@ -11,6 +11,10 @@ best plan so far (this round's or an earlier one's) is polished (a callable, e.g
 and the run
 ends once ``patience`` rounds in a row have improved the best plan so far by less than
 ``tolerance`` (relative), after at least ``min_rounds`` rounds, or after ``max_rounds``.
+With ``ga_rounds``, only the first ``ga_rounds`` rounds run the search itself; a later round
+runs it only when the previous one's own best beat the best plan before it, and is otherwise
+the polish alone (of the best plan so far, with the round's own random stream): once fresh
+runs stop finding better plans, their time goes to the polish.
 
 Every decision reads only evaluation counts and T, so the rule is deterministic given the
 seed: the same seed gives the same rounds and the same plan. The budget's evaluations and
@@ -42,7 +46,8 @@ class SettlingRestarts(RestartEngine):
 
     ``polish_share``: the most of a round's evaluations its polish may spend (times the
     round's). ``polish_best``: polish the best plan so far (False: the round's own best; for a
-    deterministic polish, which gains nothing on a plan it has polished already)."""
+    deterministic polish, which gains nothing on a plan it has polished already).
+    ``ga_rounds``: see the module docstring (None: every round runs the search)."""
 
     #: A polish spends as much as a round inside one ``tell``: the loop's history notes its
     #: improvements as they come.
@@ -53,7 +58,8 @@ class SettlingRestarts(RestartEngine):
                  max_rounds: int, min_rounds: int, patience: int, tolerance: float,
                  polish: Polish | None = None, polish_share: float = 0.25,
                  polish_best: bool = True,
-                 double_every: int = 0, max_doublings: int = 0) -> None:
+                 double_every: int = 0, max_doublings: int = 0,
+                 ga_rounds: int | None = None) -> None:
         super().__init__(build, budget, max_rounds, seed)
         self.round_evaluations = int(round_evaluations)
         self.double_every, self.max_doublings = double_every, max_doublings
@@ -65,6 +71,19 @@ class SettlingRestarts(RestartEngine):
         self.polish_used = 0
         #: The best T after each round (polish included): what the rule reads.
         self.round_best: list[float] = []
+        self.ga_rounds = ga_rounds
+        self._round_prior = float("inf")  # the best T when the running search round began
+        self._search_paid = True  # the last search round's own best beat the best before it
+
+    def _start_round(self, evaluate: Evaluate) -> None:
+        self._round_prior = self.best_time
+        super()._start_round(evaluate)
+
+    def _next_searches(self) -> bool:
+        """Whether the next round runs the search (else it is the polish alone)."""
+        if self.ga_rounds is None or self.polish_fn is None:
+            return True
+        return len(self.round_best) < self.ga_rounds or self._search_paid
 
     def round_size(self, r: int) -> int:
         """Round ``r``'s evaluations: ``round_evaluations``, doubled every ``double_every``
@@ -99,7 +118,7 @@ class SettlingRestarts(RestartEngine):
         assert self._evaluate is not None
         genome, T = self.best() if self.polish_best else self.current.best()
         if self.polish_fn is not None and np.isfinite(T):
-            r = len(self.engines) - 1
+            r = len(self.round_best)
             room = int(self.polish_share * self.round_size(r))
             if self.budget.evaluations is not None:
                 room = min(room, self.budget.evaluations - self.used)
@@ -118,14 +137,21 @@ class SettlingRestarts(RestartEngine):
         self.generation += 1
         if not self._round_over():
             return
+        self._search_paid = self.current.best()[1] < self._round_prior
         self._end_round()
         cap = self.budget.evaluations
-        size = self.round_size(len(self.engines))
-        if self.settled() or (cap is not None and cap - self.used < size):
-            self.finished = True  # settled, or the cap leaves no room for a whole round
-            return
-        assert self._evaluate is not None
-        self._start_round(self._evaluate)
+        while not self.settled():
+            room = self.round_size(len(self.round_best))
+            if self._next_searches():
+                if cap is not None and cap - self.used < room:
+                    break  # the cap leaves no room for a whole round
+                assert self._evaluate is not None
+                self._start_round(self._evaluate)
+                return
+            if cap is not None and cap <= self.used:
+                break
+            self._end_round()  # a round of the polish alone (its clock ends it on time)
+        self.finished = True
 
     def best(self) -> tuple[Genomes, float]:
         """The best round's best or polished plan (the first of equal ones)."""
