@@ -197,14 +197,16 @@ class _Round:
     start_time = 0.0
 
 
-def _drive(round_T: list[float], polish_gain: float, ga_rounds: int | None
+def _drive(round_T: list[float], polish_gain: float | list[float], ga_rounds: int | None
            ) -> tuple[SettlingRestarts, list[float]]:
-    """Run the rule on rounds of given own bests and a polish that lowers T by a factor."""
+    """Run the rule on rounds of given own bests and a polish that lowers T by a factor (one
+    for every call, or the k-th of a list on the k-th call)."""
     polished: list[float] = []
 
     def polish(evaluate, genome, T, allowance, rng):  # type: ignore[no-untyped-def]
+        gain = polish_gain if isinstance(polish_gain, float) else polish_gain[len(polished)]
         polished.append(T)
-        return genome, T * polish_gain, 5
+        return genome, T * gain, 5
 
     e = SettlingRestarts(lambda b, ss: _Round(round_T[len(e.engines)]),
                          Budget(evaluations=10**6), 0, round_evaluations=10, max_rounds=8,
@@ -233,3 +235,13 @@ def test_rounds_whose_search_stops_paying_become_the_polish_alone():
     # a search round that pays keeps the next one a search round
     e, _ = _drive([10.0, 9.0, 8.0, 7.0, 20.0, 20.0, 20.0, 20.0], 1.0, ga_rounds=2)
     assert len(e.engines) == 5 and len(e.round_best) == 6 and e.best_time == 7.0
+
+
+def test_a_stalled_polish_gives_the_search_its_turn_again():
+    # round 2 is the polish alone and pays (10 -> 9), round 3 the polish alone and stalls, so
+    # round 4 runs the search again: its own best, 8.5, becomes the best plan
+    gains = [1.0, 1.0, 0.9] + [1.0] * 5
+    e, polished = _drive([10.0, 11.0, 8.5] + [20.0] * 5, gains, ga_rounds=2)
+    assert len(e.engines) == 5 and len(e.round_best) == 7 and e.best_time == 8.5
+    assert e.round_best == pytest.approx([10.0, 10.0, 9.0, 9.0, 8.5, 8.5, 8.5])
+    assert polished == pytest.approx([10.0, 10.0, 10.0, 9.0, 8.5, 8.5, 8.5])

@@ -11,10 +11,12 @@ best plan so far (this round's or an earlier one's) is polished (a callable, e.g
 and the run
 ends once ``patience`` rounds in a row have improved the best plan so far by less than
 ``tolerance`` (relative), after at least ``min_rounds`` rounds, or after ``max_rounds``.
-With ``ga_rounds``, only the first ``ga_rounds`` rounds run the search itself; a later round
-runs it only when the previous one's own best beat the best plan before it, and is otherwise
-the polish alone (of the best plan so far, with the round's own random stream): once fresh
-runs stop finding better plans, their time goes to the polish.
+With ``ga_rounds``, only the first ``ga_rounds`` rounds always run the search itself; a later
+round runs it when the last search round's own best beat the best plan before it, or when the
+last round of the polish alone improved nothing, and is otherwise the polish alone (of the
+best plan so far, with the round's own random stream): while fresh runs find nothing better,
+their time goes to the polish, and once the polish stalls too, fresh runs get their turn again
+(a run whose first rounds landed in a poor basin can still leave it).
 
 Every decision reads only evaluation counts and T, so the rule is deterministic given the
 seed: the same seed gives the same rounds and the same plan. The budget's evaluations and
@@ -74,6 +76,7 @@ class SettlingRestarts(RestartEngine):
         self.ga_rounds = ga_rounds
         self._round_prior = float("inf")  # the best T when the running search round began
         self._search_paid = True  # the last search round's own best beat the best before it
+        self._polish_paid = True  # the last round of the polish alone improved the best
 
     def _start_round(self, evaluate: Evaluate) -> None:
         self._round_prior = self.best_time
@@ -83,7 +86,8 @@ class SettlingRestarts(RestartEngine):
         """Whether the next round runs the search (else it is the polish alone)."""
         if self.ga_rounds is None or self.polish_fn is None:
             return True
-        return len(self.round_best) < self.ga_rounds or self._search_paid
+        return (len(self.round_best) < self.ga_rounds or self._search_paid
+                or not self._polish_paid)
 
     def round_size(self, r: int) -> int:
         """Round ``r``'s evaluations: ``round_evaluations``, doubled every ``double_every``
@@ -150,7 +154,9 @@ class SettlingRestarts(RestartEngine):
                 return
             if cap is not None and cap <= self.used:
                 break
+            before = self.best_time
             self._end_round()  # a round of the polish alone (its clock ends it on time)
+            self._polish_paid = self.best_time < before
         self.finished = True
 
     def best(self) -> tuple[Genomes, float]:
