@@ -18,15 +18,9 @@ import sys
 from typing import Any
 
 from ..errors import Terminated, UserInputError
+from ..planners.algorithms._tidgap_settings import settle_text
 from ._numbers import whole
 from ._paths import path_arg
-
-
-def _settle_text() -> str:
-    """TiDGAP's stop rule in words, from the rule itself."""
-    from ..planners.algorithms._tidgap_settings import settle_text
-
-    return settle_text()
 
 #: The most of a time budget the report's EDP reference scans take before the planner runs
 #: (they are partial then, and the report says how far they got; a planner that needs them,
@@ -101,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "range); the same seed gives the same plan")
     p.add_argument("--budget", default=None,
                    help="evals:N, gens:N, secs:X or a comma-separated mix (first reached stops); "
-                   "default: the planner's own (tidgap: " + _settle_text().replace("%", "%%")
+                   "default: the planner's own (tidgap: " + settle_text().replace("%", "%%")
                    + "; docs/SEARCH.md \"Stopping\")")
     p.add_argument("--set", dest="settings", action="append", metavar="KEY=VALUE",
                    help="a planner setting (repeatable)")

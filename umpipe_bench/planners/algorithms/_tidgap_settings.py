@@ -107,7 +107,7 @@ SETTLE = Settle()
 
 
 def settle_text(rule: Settle = SETTLE) -> str:
-    """The rule in words, as ``--help`` and the docstrings give it."""
+    """The rule in words, as ``plan --help`` gives it."""
     return (f"restart rounds until {rule.patience} in a row gain less than "
             f"{100 * rule.tolerance:g} % (at least {rule.min_rounds} rounds, at most "
             f"{rule.max_rounds}), at most {rule.seconds:g} s")
