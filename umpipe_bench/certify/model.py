@@ -17,6 +17,13 @@ the true optimum. Constraints, per chosen range (docs/MODEL.md §3-4 dependencie
 * ``order="any"``: a stage runs one operation at a time (NoOverlap over its forwards and
   backwards); ``order="gpipe"``: its first backward starts after its last forward.
 
+Under ``order="any"`` the first and the last stage (``S >= 2``) keep only the orders that
+dominate (docs/CERTIFY.md "Dominant orders"): the first stage runs every forward before its
+first backward, the last stage runs each backward as soon as the forward of its last sample
+has run (before any later forward). Some optimal order of every plan is of this kind, so the
+optimum is unchanged; both stages become chains, and only the stages between them need
+NoOverlap.
+
 Per sample ``t`` a variable holds (at least) the end of the operation or transfer carrying
 ``t``: set at the range's first sample and carried up by ``v[t] >= v[t-1]`` (true ends are
 ascending, operations of one direction run in sample order). ``T >= `` every stage's last
@@ -95,9 +102,11 @@ def _composition(cp: Any, lits: dict[tuple[int, int], Any], B: int) -> None:
         cp.add(inflow == outflow)
 
 
-def build(problem: Problem, mode: str, unit: float, horizon: int, order: str = "any") -> Model:
+def build(problem: Problem, mode: str, unit: float, horizon: int, order: str = "any",
+          dominance: bool = True) -> Model:
     """The model of ``problem`` in ``mode`` on costs in units of ``unit`` seconds, every time
-    in ``0..horizon`` (module docstring)."""
+    in ``0..horizon`` (module docstring); ``dominance=False`` leaves the first and last
+    stages every order too (the same optimum, a larger search)."""
     from ortools.sat.python import cp_model
 
     if order not in ORDERS:
@@ -135,8 +144,14 @@ def build(problem: Problem, mode: str, unit: float, horizon: int, order: str = "
             cp.add(T >= GF[s][t] + own)
             if s < S - 1:  # after the activation of t reaches stage s+1
                 cp.add(T >= XA[s][t] + int(rx["kappa"][s + 1][t]))
+    first_chain = order == "gpipe" or dominance  # forwards before backwards on stage 0
+    eager_last = order == "any" and dominance and S >= 2
     xs, ys, fss, bss = [], [], [], []
     for s in range(S):
+        gpipe_here = order == "gpipe" or (first_chain and s == 0)
+        eager = eager_last and s == S - 1
+        # eager: Z[p] >= the end of every backward ending at a boundary <= p
+        Z = samples(f"z{s}_") if eager else None
         x = {r: cp.new_bool_var(f"x{s}_{r[0]}_{r[1]}") for r in rng}
         y = x if mode == "stash" else {r: cp.new_bool_var(f"y{s}_{r[0]}_{r[1]}") for r in rng}
         _composition(cp, x, B)
@@ -154,6 +169,8 @@ def build(problem: Problem, mode: str, unit: float, horizon: int, order: str = "
                 cp.add(st >= GF[s][a - 1]).only_enforce_if(lit)
             if s > 0:
                 cp.add(st >= XA[s - 1][b - 1]).only_enforce_if(lit)
+            if eager and a > 0:  # after every backward its forwards so far allow
+                cp.add(st >= Z[a - 1]).only_enforce_if(lit)
             cp.add(GF[s][a] >= end).only_enforce_if(lit)
             if s < S - 1:
                 cp.add(XA[s][a] >= end + int(ai[s, m])).only_enforce_if(lit)
@@ -168,18 +185,20 @@ def build(problem: Problem, mode: str, unit: float, horizon: int, order: str = "
             end = st + int(ci[s, m])
             if c > 0:
                 cp.add(st >= GB[s][c - 1]).only_enforce_if(lit)
-            elif order == "gpipe":
+            elif gpipe_here:
                 cp.add(st >= GF[s][B - 1]).only_enforce_if(lit)
             cp.add(st >= GF[s][d - 1]).only_enforce_if(lit)
             if s < S - 1:
                 cp.add(st >= YG[s + 1][d - 1]).only_enforce_if(lit)
             cp.add(GB[s][c] >= end).only_enforce_if(lit)
+            if eager:
+                cp.add(Z[d - 1] >= end).only_enforce_if(lit)
             if s > 0:
                 cp.add(YG[s][c] >= end + int(gi[s - 1, m])).only_enforce_if(lit)
                 if c > 0:
                     cp.add(YG[s][c] >= YG[s][c - 1] + int(gi[s - 1, m])).only_enforce_if(lit)
-        if order == "any":
-            cp.add_no_overlap(intervals)
+        if order == "any" and not (gpipe_here or eager):
+            cp.add_no_overlap(intervals)  # the first and last stages are chains
         cp.add(T >= GB[s][B - 1] + int(oi[s]))
         # redundant: the stage's whole work after its earliest forward start
         head = sum(int(np.min(fi[k, 1:] + ai[k, 1:])) for k in range(s))

@@ -28,8 +28,8 @@ from ..schedules import Op, build_schedule, capped_order
 from ..simulator import simulate
 from .model import ORDERS, build, unit_for
 
-__all__ = ["OPT_TOL", "Certificate", "SolverMissing", "certify", "require_solver",
-           "simulate_order"]
+__all__ = ["OPT_TOL", "Certificate", "SolverMissing", "certify", "dominant_order",
+           "require_solver", "simulate_order"]
 
 #: ``optimal`` means value and bound agree to this relative tolerance: what rounding the
 #: costs down to units of ``value / 2^26`` or less can lose along a critical path of at most
@@ -84,10 +84,33 @@ def simulate_order(problem: Problem, plan: Plan, ops: list[list[Op]]) -> float:
     return float(simulate(problem, plan, schedule="orders", ops=ops).iteration_time)
 
 
-def _hint_order(plan: Plan, order: str) -> list[list[Op]]:
+def dominant_order(ops: list[list[Op]]) -> list[list[Op]]:
+    """``ops`` with the first stage's forwards all before its backwards and the last stage's
+    backwards each as early as its forwards allow (docs/CERTIFY.md "Dominant orders"): never
+    a later T (``S >= 2``; a single stage is left as it is)."""
+    if len(ops) < 2:
+        return [list(row) for row in ops]
+    first = [o for o in ops[0] if o.kind == "F"] + [o for o in ops[0] if o.kind == "B"]
+    fw = [o for o in ops[-1] if o.kind == "F"]
+    bw = [o for o in ops[-1] if o.kind == "B"]
+    last: list[Op] = []
+    j = 0
+    for f in fw:
+        last.append(f)
+        while j < len(bw) and bw[j].stop <= f.stop:
+            last.append(bw[j])
+            j += 1
+    return [first, *[list(row) for row in ops[1:-1]], last + bw[j:]]
+
+
+def _hint_orders(plan: Plan, order: str) -> list[list[list[Op]]]:
+    """The orders of a hint plan: GPipe's, or (order ``any``) its capped order and that
+    order's dominant form (the model's; the simulator's near/far backward costs may still
+    favour the first)."""
     if order == "gpipe":
-        return build_schedule("gpipe", plan.with_caps(None))
-    return capped_order(plan, plan.effective_caps())
+        return [build_schedule("gpipe", plan.with_caps(None))]
+    o = capped_order(plan, plan.effective_caps())
+    return [o, dominant_order(o)]
 
 
 def _extract(problem: Problem, mode: str, solver: Any, m: Any) -> tuple[Plan, list[list[Op]]]:
@@ -151,13 +174,15 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     S, B = problem.S, problem.B
     cands = list(hints or []) + [Plan.edp(S, B, M, mode) for M in range(1, B + 1)]
     best_plan, best_ops, best_T = None, None, math.inf
+    hint_ops: list[list[Op]] = []
     for p in cands:
         if p.mode != mode:
             continue
-        o = _hint_order(p, order)
-        T = simulate_order(problem, p, o)
-        if T < best_T:
-            best_plan, best_ops, best_T = p, o, T
+        orders = _hint_orders(p, order)
+        Ts = [simulate_order(problem, p, o) for o in orders]
+        k = min(range(len(Ts)), key=Ts.__getitem__)
+        if Ts[k] < best_T:
+            best_plan, best_ops, best_T, hint_ops = p, orders[k], Ts[k], orders[-1]
     assert best_plan is not None and best_ops is not None
     unit = unit_for(best_T, RESOLUTION)
     horizon = math.ceil(best_T / unit) + 1
@@ -173,7 +198,7 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
                 a += q
             for r, lit in lits.items():
                 m.cp.add_hint(lit, r in chosen)
-    tl = simulate(problem, best_plan, schedule="orders", ops=best_ops)
+    tl = simulate(problem, best_plan, schedule="orders", ops=hint_ops)  # the model's form
     for op in tl.ops:
         if op.kind in "FB":
             starts = m.fs if op.kind == "F" else m.bs
