@@ -244,6 +244,73 @@ def test_the_model_with_dominance_keeps_the_optimum_of_every_order(case, mode):
     assert got[0] == got[1]
 
 
+# ------------------------------------------------------------------ two stages, stash
+def _dominant_brute_force(problem) -> float:
+    """min T over every pair of compositions, each plan in its dominant order."""
+    comps = _compositions(problem.B)
+    best = np.inf
+    for P0, P1 in itertools.product(comps, repeat=2):
+        plan = Plan((P0, P1), (P0, P1), "stash")
+        best = min(best, simulate_order(problem, plan, dominant_order(gpipe(plan))))
+    return float(best)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("B", [1, 2, 3])
+def test_two_stage_program_is_the_optimum_over_every_order(family, B):
+    from umpipe_bench.certify.two_stage import two_stage_stash
+
+    for seed in range(2):
+        p = _fixed_costs(family_problem(family, 2, B, 1.0, seed))
+        r = two_stage_stash(p)
+        assert r.finished
+        assert r.T == pytest.approx(brute_force(p, "stash", "any"), rel=1e-12)
+        assert simulate_order(p, r.plan, dominant_order(gpipe(r.plan))) == pytest.approx(
+            r.T, rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), family=st.sampled_from(FAMILIES),
+       B=st.integers(4, 7))
+def test_two_stage_program_is_the_dominant_brute_force(seed, family, B):
+    from umpipe_bench.certify.two_stage import two_stage_stash
+
+    p = _fixed_costs(family_problem(family, 2, B, 1.0, seed % 5))
+    want = _dominant_brute_force(p)
+    r = two_stage_stash(p)
+    assert r.T == pytest.approx(want, rel=1e-12)
+    assert r.plan.fwd == r.plan.bwd and sum(r.plan.fwd[0]) == sum(r.plan.fwd[1]) == B
+    assert simulate_order(p, r.plan, dominant_order(gpipe(r.plan))) == pytest.approx(
+        want, rel=1e-12)
+    # the cut-off: just above the optimum keeps it, just below finds nothing
+    assert two_stage_stash(p, upper=want * (1 + 1e-9)).T == pytest.approx(want, rel=1e-12)
+    below = two_stage_stash(p, upper=want * (1 - 1e-9))
+    assert below.finished and below.T == np.inf and below.plan is None
+
+
+def test_certify_proves_two_stage_stash_by_the_program_and_falls_back_on_time(monkeypatch):
+    p = family_problem("slowgpu", 2, 6, 1.0, 2)
+    c = certify(p, "stash", order="any", time_limit=20)
+    assert c.stats["method"] == "two-stage dp" and c.optimal
+    assert c.value == pytest.approx(_dominant_brute_force(p), rel=OPT_TOL)
+    assert c.bound <= c.value * (1 + REL)
+    ops = [[_op(p, c.plan, label) for label in row] for row in c.ops]
+    assert simulate_order(p, c.plan, ops) == c.value
+    solver = certify(p, "stash", order="any", time_limit=20, two_stage=False)
+    assert "method" not in solver.stats
+    assert solver.value == pytest.approx(c.value, rel=OPT_TOL)
+    from umpipe_bench.certify import solve
+
+    def unfinished(*args, **kwargs):
+        from umpipe_bench.certify.two_stage import TwoStage
+
+        return TwoStage(np.inf, None, False)
+
+    monkeypatch.setattr(solve, "two_stage_stash", unfinished)
+    late = certify(p, "stash", order="any", time_limit=20)
+    assert "method" not in late.stats and late.bound <= c.value * (1 + REL)
+
+
 # ------------------------------------------------------------------ the stage relaxation
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None)
@@ -296,9 +363,10 @@ GAPPED = [("slowgpu", 2, 4, 1.0, 2), ("cache", 2, 4, 1.0, 0), ("slowlink", 3, 3,
 def test_decisions_prove_the_brute_force_optimum(case, mode):
     p = family_problem(*case)
     want = brute_force(p, mode, "any")
-    start = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH)
+    start = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, two_stage=False)
     assert not start.optimal  # the gap the decisions close
-    c = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, decide=20)
+    c = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, decide=20,
+                two_stage=False)
     assert c.stats["decisions"]
     assert c.bound <= want * (1 + REL)  # a proven bound is never above the optimum
     assert c.optimal and c.status == "OPTIMAL"
@@ -315,10 +383,11 @@ def test_an_infeasible_decision_proves_the_optimal_hint(mode):
     hint = capped_plan(p, full.plan, full.ops, full.value)
     assert hint is not None
     assert simulate(p, hint).iteration_time == pytest.approx(want, rel=OPT_TOL)
-    start = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, hints=[hint])
+    start = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, hints=[hint],
+                    two_stage=False)
     assert not start.optimal
     c = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, hints=[hint],
-                decide=20)
+                decide=20, two_stage=False)
     assert [d["status"] for d in c.stats["decisions"]] == ["INFEASIBLE"]
     assert c.bound <= want * (1 + REL)
     assert c.optimal and not c.from_solver

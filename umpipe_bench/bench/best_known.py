@@ -297,12 +297,16 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None,
     if e.optimal != _is_optimal(e.value, e.bound):
         raise BestKnownError(f"optimal is {e.optimal} but value {e.value!r} s and bound "
                              f"{e.bound!r} s say {not e.optimal}")
-    if prove is not None and e.bound_by.startswith("cpsat"):
+    if prove is not None and e.bound_by.startswith(("cpsat", "two-stage dp")):
         from ..certify.solve import certify
 
         order = "gpipe" if e.family == "gpipe" else "any"
         hints, decide = None, 0.0
-        if e.bound_by.endswith(" decide") and plan_path is not None:
+        if plan_path is not None and e.bound_by.startswith("two-stage dp"):
+            from ..plan import Plan
+
+            hints = [Plan.load(plan_path)]  # the program prunes below the entry's value
+        elif e.bound_by.endswith(" decide") and plan_path is not None:
             from ..plan import Plan
 
             hints, decide = [Plan.load(plan_path)], prove

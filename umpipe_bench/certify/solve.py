@@ -27,6 +27,7 @@ from ..problem import Problem
 from ..schedules import Op, build_schedule, capped_order
 from ..simulator import simulate
 from .model import ORDERS, build, unit_for
+from .two_stage import MAX_B, two_stage_stash
 
 __all__ = ["OPT_TOL", "Certificate", "SolverMissing", "certify", "dominant_order",
            "require_solver", "simulate_order"]
@@ -39,6 +40,9 @@ OPT_TOL = 1e-5
 RESOLUTION = 1e8
 #: Most decision solves after the search (:func:`_decide`).
 DECISIONS = 12
+#: Relative allowance for float rounding between the two-stage program and the simulator
+#: (each adds and compares the same costs, in another order).
+DP_SLACK = 1e-9
 
 
 def require_solver() -> None:
@@ -149,14 +153,18 @@ def _run(solver: Any, cp: Any, clock: Any) -> int:
 def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: float = 60.0,
             workers: int = 1, hints: list[Plan] | None = None, clock: Any = None,
             seed: int = 0, params: dict[str, Any] | None = None,
-            decide: float = 0.0, max_decisions: int = DECISIONS) -> Certificate:
+            decide: float = 0.0, max_decisions: int = DECISIONS,
+            two_stage: bool = True) -> Certificate:
     """Solve ``problem`` in ``mode`` over ``order`` (:data:`.model.ORDERS`) for at most
     ``time_limit`` seconds (less if ``clock`` ends sooner); ``hints``: plans whose values
     bound the horizon and whose best one starts the search (default: the best GPipe EDP);
     ``params``: further CP-SAT parameters of the search (``linearization_level``, ...);
     ``decide`` > 0:
     then up to ``max_decisions`` decision solves of at most ``decide`` seconds each
-    (:func:`_decide`) when the search ends short of optimal."""
+    (:func:`_decide`) when the search ends short of optimal. ``two_stage``: a two-stage
+    stash problem (``B <= MAX_B``, order ``any``) is solved by the exact program of
+    :mod:`.two_stage` instead of the solver (False: by the solver; either way, the solver
+    when the program does not finish within ``time_limit``)."""
     from ..bound import lower_bound
 
     require_solver()
@@ -184,6 +192,10 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
         if Ts[k] < best_T:
             best_plan, best_ops, best_T, hint_ops = p, orders[k], Ts[k], orders[-1]
     assert best_plan is not None and best_ops is not None
+    if two_stage and order == "any" and mode == "stash" and S == 2 and B <= MAX_B:
+        c = _two_stage(problem, best_plan, best_ops, best_T, t_start, time_limit, clock)
+        if c is not None:
+            return c
     unit = unit_for(best_T, RESOLUTION)
     horizon = math.ceil(best_T / unit) + 1
     m = build(problem, mode, unit, horizon, order)
@@ -244,6 +256,35 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     return Certificate(problem.name, mode, order, best_T, bound, name, best_plan,
                        [[str(o) for o in row] for row in best_ops], from_solver,
                        time.perf_counter() - t_start, unit, stats)
+
+
+def _two_stage(problem: Problem, best_plan: Plan, best_ops: list[list[Op]], best_T: float,
+               t_start: float, time_limit: float, clock: Any) -> Certificate | None:
+    """The exact program of :mod:`.two_stage` in place of the solver (None when it does not
+    finish within the time limit or the clock)."""
+    from ..bound import lower_bound
+
+    deadline = t_start + time_limit
+    if clock is not None and math.isfinite(clock.remaining()):
+        deadline = min(deadline, time.perf_counter() + clock.remaining())
+    upper = best_T * (1.0 + DP_SLACK)
+    r = two_stage_stash(problem, upper, deadline)
+    if not r.finished:
+        return None
+    from_solver = False
+    if r.plan is not None:
+        ops = dominant_order(build_schedule("gpipe", r.plan))
+        T = simulate_order(problem, r.plan, ops)
+        if T < best_T:
+            best_plan, best_ops, best_T, from_solver = r.plan, ops, T, True
+    # no plan below ``upper`` but what it found: the least T, up to float rounding
+    bound = max(lower_bound(problem, "stash"), min(r.T, upper) * (1.0 - DP_SLACK))
+    name = "OPTIMAL" if best_T - bound <= OPT_TOL * best_T else "FEASIBLE"
+    stats = {"method": "two-stage dp", "conflicts": 0, "branches": 0, "solver_bound": bound,
+             "decisions": [], **r.stats}
+    return Certificate(problem.name, "stash", "any", best_T, bound, name, best_plan,
+                       [[str(o) for o in row] for row in best_ops], from_solver,
+                       time.perf_counter() - t_start, unit_for(best_T, RESOLUTION), stats)
 
 
 def _decide(problem: Problem, mode: str, m: Any, best: dict[str, Any], bound: float,

@@ -100,7 +100,7 @@ def _record(problem, c, path: str | None) -> list[str]:
     from ..certify.caps import capped_plan
 
     done = []
-    by = f"cpsat order={c.order} {c.status.lower()}"
+    by = f"{c.stats.get('method', 'cpsat')} order={c.order} {c.status.lower()}"
     if any(d["status"] == "INFEASIBLE" for d in c.stats.get("decisions", ())):
         by += " decide"
     if c.stats.get("solver_bound", -1.0) < c.bound:  # the solver proved less than this

@@ -1,0 +1,154 @@
+"""The exact optimum of a two-stage problem in stash mode, over every plan and order, by a
+dynamic program (docs/CERTIFY.md "Two stages in stash mode").
+
+With two stages the dominant orders (docs/CERTIFY.md "Dominant orders") leave no choice of
+order: stage 0 runs every forward back to back from time 0, then its backwards; stage 1 runs
+each backward right after its forward. A plan is then its two compositions ``P0`` (stage 0,
+forward and backward) and ``P1`` (stage 1), and its timeline is:
+
+* stage 0's forward of its ``j``-th microbatch ends at ``E_j`` (the sum of its forwards so
+  far); the activation transfer ends at ``X_j = max(X_{j-1}, E_j) + act``;
+* stage 1's microbatch ``[c, d)`` starts at ``max(end of the previous, X of the stage-0
+  microbatch holding d - 1)`` and runs forward and backward; its gradient transfer ends at
+  ``G = max(previous G, end) + grad``;
+* stage 0's backwards start at ``E_last``, in order, the ``j``-th after the gradient of its
+  last sample: they end at ``max(E_last, D) + W`` with ``W`` the sum of its backwards and
+  ``D = max_j (G(b_j - 1) - W_j)``, ``W_j`` the backwards before the ``j``-th;
+* ``T = max(that + opt_0, end of stage 1 + opt_1)``.
+
+The program walks both compositions together. A state is ``(c, a, p)``: stage 1 has run the
+samples ``[0, c)``, stage 0 has forwarded ``[0, p)``, its last microbatch ``[a, p)``; stage 0
+moves on by one microbatch ``[p, p')``, or stage 1 runs ``[c, d)`` with ``a < d <= p`` (so the
+microbatch holding ``d - 1`` is the last one, whose ``X`` the state holds; every plan's steps
+can be put in that order: stage 0 moves just far enough before each stage-1 microbatch).
+Stage-0 microbatches whose last sample stage 1 has not run yet wait for their gradient; only
+the first of them matters for ``D`` (``W_j`` grows with ``j``, and all of them that a stage-1
+microbatch covers get its ``G``). A state carries ``E``, ``X``, ``E + W``, ``D + W``, ``W -
+W_first waiting``, stage 1's end and ``G``: ``T`` of every completion is non-decreasing in
+each, so a state no smaller in all seven than another of the same key is dropped (Pareto
+sets), and one whose least possible ``T`` (the rest of each stage's work at its cheapest) is
+at least ``upper`` too.
+
+Costs are the model's (a backward the cheaper of its near and far cost), so with
+``bwd_far = 1`` (every default problem) the value is the simulator's ``T``. Pure Python:
+about 15 s at ``B = 32`` with the best known value as ``upper``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan import Plan
+from ..problem import Problem
+
+__all__ = ["MAX_B", "TwoStage", "two_stage_stash"]
+
+INF = math.inf
+#: The largest batch the program is run for (its work grows about as ``B^4``).
+MAX_B = 48
+
+
+@dataclass
+class TwoStage:
+    """The program's result: ``T`` (inf when no plan is below ``upper``), its plan, and
+    whether it finished (False: stopped by ``deadline``)."""
+
+    T: float
+    plan: Plan | None
+    finished: bool
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _suffix_min(cost: list[float], B: int) -> list[float]:
+    """``out[n]``: the least cost of a composition of the samples ``[n, B)``."""
+    out = [INF] * (B + 1)
+    out[B] = 0.0
+    for n in range(B - 1, -1, -1):
+        out[n] = min(cost[m] + out[n + m] for m in range(1, B - n + 1))
+    return out
+
+
+def two_stage_stash(problem: Problem, upper: float = INF,
+                    deadline: float | None = None) -> TwoStage:
+    """The least ``T`` below ``upper`` over every stash plan and order of a two-stage
+    ``problem`` (module docstring), and a plan that reaches it; ``deadline``: a
+    ``time.perf_counter()`` value after which the program stops unfinished."""
+    if problem.S != 2:
+        raise ValueError(f"the two-stage program needs S = 2, got S = {problem.S}")
+    B = problem.B
+    tb = problem.tables()
+    back = [min(x, y) for x, y in zip(tb.backward("stash")[0], tb.backward_far("stash")[0])]
+    back1 = [min(x, y) for x, y in zip(tb.backward("stash")[1], tb.backward_far("stash")[1])]
+    f0, f1 = [float(x) for x in tb.fwd[0]], [float(x) for x in tb.fwd[1]]
+    b0, b1 = [float(x) for x in back], [float(x) for x in back1]
+    act, grad = [float(x) for x in tb.act[0]], [float(x) for x in tb.grad[0]]
+    opt0, opt1 = float(tb.opt[0]), float(tb.opt[1])
+    rest0f, rest0b = _suffix_min(f0, B), _suffix_min(b0, B)
+    rest1 = _suffix_min([x + y for x, y in zip(f1, b1)], B)
+    # a state: (vector, raw, node); raw = (E, X, W, D, Wfirst or None, end1, G); node: the
+    # steps so far as a linked list (stage, size, parent)
+    front: dict[tuple[int, int, int], list[tuple[tuple, tuple, Any]]] = {}
+    kept = [0, 0]
+
+    def add(key: tuple[int, int, int], raw: tuple, node: Any) -> None:
+        E, X, W, D, Wf, end1, G = raw
+        c, _, p = key
+        least = max(max(E + rest0f[p], D) + W + rest0b[p] + opt0, end1 + rest1[c] + opt1)
+        if least >= upper:
+            return
+        vec = (E, X, E + W, D + W, W - Wf if Wf is not None else -INF, end1, G)
+        lst = front.setdefault(key, [])
+        for w, _, _ in lst:
+            if (w[0] <= vec[0] and w[1] <= vec[1] and w[2] <= vec[2] and w[3] <= vec[3]
+                    and w[4] <= vec[4] and w[5] <= vec[5] and w[6] <= vec[6]):
+                return
+        lst[:] = [e for e in lst if not all(x <= y for x, y in zip(vec, e[0]))]
+        lst.append((vec, raw, node))
+        kept[0] += 1
+
+    add((0, 0, 0), (0.0, 0.0, 0.0, -INF, None, 0.0, 0.0), None)
+    best_T, best_node = INF, None
+    for total in range(2 * B + 1):  # every step raises c + p
+        if deadline is not None and time.perf_counter() > deadline:
+            return TwoStage(INF, None, False, {"states": kept[0], "front": kept[1]})
+        for p in range(B + 1):
+            c = total - p
+            if not 0 <= c <= p:
+                continue
+            for a in range(p + 1):
+                lst = front.pop((c, a, p), None)
+                if not lst:
+                    continue
+                kept[1] = max(kept[1], len(lst))
+                for _, raw, node in lst:
+                    E, X, W, D, Wf, end1, G = raw
+                    if c == B:
+                        T = max(max(E, D) + W + opt0, end1 + opt1)
+                        if T < best_T:
+                            best_T, best_node = T, node
+                        continue
+                    for q in range(p + 1, B + 1):  # stage 0 forwards [p, q)
+                        m = q - p
+                        E2 = E + f0[m]
+                        add((c, p, q), (E2, max(X, E2) + act[m], W + b0[m], D,
+                                        W if c == p else Wf, end1, G), (0, m, node))
+                    for d in range(max(c, a) + 1, p + 1):  # stage 1 runs [c, d)
+                        m = d - c
+                        e1 = max(end1, X) + f1[m] + b1[m]
+                        G2 = max(G, e1) + grad[m]
+                        D2 = max(D, G2 - Wf) if (d == p or a > c) else D
+                        add((d, a, p), (E, X, W, D2, None if d == p else W - b0[p - a],
+                                        e1, G2), (1, m, node))
+    plan = None
+    if best_node is not None:
+        sizes: list[list[int]] = [[], []]
+        node = best_node
+        while node is not None:
+            stage, m, node = node
+            sizes[stage].append(m)
+        P = tuple(tuple(reversed(s)) for s in sizes)
+        plan = Plan(P, P, "stash")
+    return TwoStage(best_T, plan, True, {"states": kept[0], "front": kept[1]})
