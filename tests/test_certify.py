@@ -311,6 +311,73 @@ def test_certify_proves_two_stage_stash_by_the_program_and_falls_back_on_time(mo
     assert "method" not in late.stats and late.bound <= c.value * (1 + REL)
 
 
+def _exact_two_stage_recompute(problem) -> float:
+    """min T over every recompute plan of two stages, each in its dominant order."""
+    comps = _compositions(problem.B)
+    best = np.inf
+    for P0, Q0, P1, Q1 in itertools.product(comps, repeat=4):
+        plan = Plan((P0, P1), (Q0, Q1), "recompute")
+        best = min(best, simulate_order(problem, plan, dominant_order(gpipe(plan))))
+    return float(best)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), family=st.sampled_from(FAMILIES), B=st.integers(1, 4))
+def test_two_stage_recompute_bound_is_never_above_the_optimum(seed, family, B):
+    from umpipe_bench.certify.two_stage import two_stage_recompute_bound
+
+    raw = family_problem(family, 2, B, 1.0, seed % 5)
+    p = _fixed_costs(raw)
+    want = _exact_two_stage_recompute(p)
+    if B <= 3:
+        assert want == pytest.approx(brute_force(p, "recompute", "any"), rel=1e-12)
+    r = two_stage_recompute_bound(p)
+    assert r.finished and r.T <= want * (1 + REL)
+    if B <= 2:  # with the simulator's own near and far costs too
+        assert two_stage_recompute_bound(raw).T <= brute_force(raw, "recompute", "any") * (
+            1 + REL)
+    # the cut-off: just above the bound keeps it, just below it finds nothing
+    assert two_stage_recompute_bound(p, upper=r.T * (1 + 1e-9)).T == pytest.approx(r.T,
+                                                                                  rel=1e-12)
+    assert two_stage_recompute_bound(p, upper=r.T * (1 - 1e-9)).T == np.inf
+
+
+def test_two_stage_recompute_bound_is_the_optimum_when_one_backward_composition_is_best():
+    """With stage 0's backward at a fixed cost per sample (single samples are then its best
+    composition) and no transfer longer than a forward (then stage 0's forwards before the
+    one a stage-1 forward waits for matter only by their total), the bound is the optimum."""
+    from umpipe_bench.certify.two_stage import two_stage_recompute_bound
+    from umpipe_bench.problem import Problem
+
+    hits = 0
+    for seed in range(6):
+        d = _fixed_costs(family_problem("mix", 2, 4, 1.0, seed)).to_dict()
+        st0 = d["stages"][0]
+        per = st0["rbwd"][-1] / len(st0["rbwd"])
+        st0["rbwd"] = [per * (i + 1) for i in range(len(st0["rbwd"]))]
+        p = Problem.from_dict(d).validate()
+        tb = p.tables()
+        if tb.act[0][1:].max() > tb.fwd[0][1:].min():
+            continue
+        want = _exact_two_stage_recompute(p)
+        got = two_stage_recompute_bound(p).T
+        assert got == pytest.approx(want, rel=1e-12)
+        hits += 1
+    assert hits >= 3
+
+
+def test_certify_takes_the_two_stage_recompute_bound():
+    p = family_problem("slowgpu", 2, 4, 1.0, 2)
+    want = _exact_two_stage_recompute(p)
+    c = certify(p, "recompute", order="any", time_limit=20)
+    assert c.bound <= want * (1 + REL) <= c.value * (1 + REL)
+    from umpipe_bench.certify.two_stage import two_stage_recompute_bound
+
+    assert c.bound >= two_stage_recompute_bound(p).T * (1 - 1e-8)
+    solver = certify(p, "recompute", order="any", time_limit=20, two_stage=False)
+    assert "method" not in solver.stats
+
+
 # ------------------------------------------------------------------ the stage relaxation
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None)

@@ -27,7 +27,7 @@ from ..problem import Problem
 from ..schedules import Op, build_schedule, capped_order
 from ..simulator import simulate
 from .model import ORDERS, build, unit_for
-from .two_stage import MAX_B, two_stage_stash
+from .two_stage import MAX_B, two_stage_recompute_bound, two_stage_stash
 
 __all__ = ["OPT_TOL", "Certificate", "SolverMissing", "certify", "dominant_order",
            "require_solver", "simulate_order"]
@@ -163,8 +163,10 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     then up to ``max_decisions`` decision solves of at most ``decide`` seconds each
     (:func:`_decide`) when the search ends short of optimal. ``two_stage``: a two-stage
     stash problem (``B <= MAX_B``, order ``any``) is solved by the exact program of
-    :mod:`.two_stage` instead of the solver (False: by the solver; either way, the solver
-    when the program does not finish within ``time_limit``)."""
+    :mod:`.two_stage` instead of the solver (the solver when the program does not finish
+    within ``time_limit``); a recompute one first gets the program's bound (within
+    ``time_limit`` of its own), which ends the solve when it proves the best hint optimal
+    and otherwise joins the solver's (False: the solver alone)."""
     from ..bound import lower_bound
 
     require_solver()
@@ -192,10 +194,26 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
         if Ts[k] < best_T:
             best_plan, best_ops, best_T, hint_ops = p, orders[k], Ts[k], orders[-1]
     assert best_plan is not None and best_ops is not None
-    if two_stage and order == "any" and mode == "stash" and S == 2 and B <= MAX_B:
-        c = _two_stage(problem, best_plan, best_ops, best_T, t_start, time_limit, clock)
-        if c is not None:
-            return c
+    dp_bound, dp_stats = -math.inf, {}
+    if two_stage and order == "any" and S == 2 and B <= MAX_B:
+        if mode == "stash":
+            c = _two_stage(problem, best_plan, best_ops, best_T, t_start, time_limit, clock)
+            if c is not None:
+                return c
+        else:
+            upper = best_T * (1.0 + DP_SLACK)
+            r = two_stage_recompute_bound(problem, upper, _deadline(t_start, time_limit, clock))
+            if r.finished:
+                dp_bound = min(r.T, upper) * (1.0 - DP_SLACK)
+                dp_stats = {"method": "two-stage bound", "dp_wall": time.perf_counter() - t_start,
+                            **r.stats}
+                if best_T - dp_bound <= OPT_TOL * best_T:
+                    stats = {**dp_stats, "conflicts": 0, "branches": 0,
+                             "solver_bound": dp_bound, "decisions": []}
+                    return Certificate(problem.name, mode, order, best_T, dp_bound, "OPTIMAL",
+                                       best_plan, [[str(o) for o in row] for row in best_ops],
+                                       False, time.perf_counter() - t_start,
+                                       unit_for(best_T, RESOLUTION), stats)
     unit = unit_for(best_T, RESOLUTION)
     horizon = math.ceil(best_T / unit) + 1
     m = build(problem, mode, unit, horizon, order)
@@ -242,6 +260,9 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
                            "below its hint's time (a bug)")
     stats = {"conflicts": solver.num_conflicts, "branches": solver.num_branches,
              "solver_bound": solver_bound, "decisions": []}
+    if dp_bound > bound:  # the two-stage program proved more than the search
+        bound = dp_bound
+        stats.update(dp_stats, solver_bound=dp_bound)
     if decide > 0 and best_T - bound > OPT_TOL * best_T:
         best = {"T": best_T, "plan": best_plan, "ops": best_ops, "from_solver": from_solver}
         proved = _decide(problem, mode, m, best, bound, float(decide), int(max_decisions),
@@ -258,17 +279,22 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
                        time.perf_counter() - t_start, unit, stats)
 
 
+def _deadline(t_start: float, time_limit: float, clock: Any) -> float:
+    """When a two-stage program must stop: ``time_limit`` after the start, or the clock's."""
+    deadline = t_start + time_limit
+    if clock is not None and math.isfinite(clock.remaining()):
+        deadline = min(deadline, time.perf_counter() + clock.remaining())
+    return deadline
+
+
 def _two_stage(problem: Problem, best_plan: Plan, best_ops: list[list[Op]], best_T: float,
                t_start: float, time_limit: float, clock: Any) -> Certificate | None:
     """The exact program of :mod:`.two_stage` in place of the solver (None when it does not
     finish within the time limit or the clock)."""
     from ..bound import lower_bound
 
-    deadline = t_start + time_limit
-    if clock is not None and math.isfinite(clock.remaining()):
-        deadline = min(deadline, time.perf_counter() + clock.remaining())
     upper = best_T * (1.0 + DP_SLACK)
-    r = two_stage_stash(problem, upper, deadline)
+    r = two_stage_stash(problem, upper, _deadline(t_start, time_limit, clock))
     if not r.finished:
         return None
     from_solver = False

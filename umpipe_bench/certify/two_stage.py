@@ -44,7 +44,7 @@ from typing import Any
 from ..plan import Plan
 from ..problem import Problem
 
-__all__ = ["MAX_B", "TwoStage", "two_stage_stash"]
+__all__ = ["MAX_B", "TwoStage", "two_stage_recompute_bound", "two_stage_stash"]
 
 INF = math.inf
 #: The largest batch the program is run for (its work grows about as ``B^4``).
@@ -152,3 +152,91 @@ def two_stage_stash(problem: Problem, upper: float = INF,
         P = tuple(tuple(reversed(s)) for s in sizes)
         plan = Plan(P, P, "stash")
     return TwoStage(best_T, plan, True, {"states": kept[0], "front": kept[1]})
+
+
+def _between_min(cost: list[float], B: int) -> list[list[float]]:
+    """``out[x][y]``: the least cost of a composition of the samples ``[x, y)``."""
+    out = [[INF] * (B + 1) for _ in range(B + 1)]
+    for x in range(B + 1):
+        out[x][x] = 0.0
+        for y in range(x + 1, B + 1):
+            out[x][y] = min(out[x][y - m] + cost[m] for m in range(1, y - x + 1))
+    return out
+
+
+def two_stage_recompute_bound(problem: Problem, upper: float = INF,
+                              deadline: float | None = None) -> TwoStage:
+    """A lower bound on ``T`` of every recompute plan and order of a two-stage ``problem``
+    (docs/CERTIFY.md "Two stages in recompute mode"): the least ``T`` below ``upper`` of a
+    program exact in stage 1 (forward and backward compositions, its dominant order) and in
+    stage 0's forwards, with stage 0's backward composition relaxed sample by sample. ``T``
+    is inf when nothing is below ``upper`` (then ``upper`` is the bound); no plan."""
+    if problem.S != 2:
+        raise ValueError(f"the two-stage program needs S = 2, got S = {problem.S}")
+    B = problem.B
+    tb = problem.tables()
+    f0, f1 = [float(x) for x in tb.fwd[0]], [float(x) for x in tb.fwd[1]]
+    near, far = tb.backward("recompute"), tb.backward_far("recompute")
+    r0 = [float(min(x, y)) for x, y in zip(near[0], far[0])]
+    r1 = [float(min(x, y)) for x, y in zip(near[1], far[1])]
+    act, grad = [float(x) for x in tb.act[0]], [float(x) for x in tb.grad[0]]
+    opt0, opt1 = float(tb.opt[0]), float(tb.opt[1])
+    rest0f, rest0b = _suffix_min(f0, B), _suffix_min(r0, B)
+    rest1f, rest1b = _suffix_min(f1, B), _suffix_min(r1, B)
+    cheapest_f0 = _between_min(f0, B)
+    # tail0[t]: the least stage-0 backward work from the start of the microbatch holding t
+    tail0 = [min(r0[y - x] + rest0b[y] for x in range(t + 1) for y in range(t + 1, B + 1))
+             for t in range(B)]
+    W0, gmin, amin = rest0b[0], min(grad[1:]), min(act[1:])
+    f1min, r1min = min(f1[1:]), min(r1[1:])
+    layers: list[dict | None] = [{} for _ in range(2 * B + 1)]  # by c + k
+    kept = [0, 0]
+
+    def add(key: tuple[int, int, int, int], raw: tuple) -> None:
+        E, X, D, end1, G = raw
+        _, p, c, k = key
+        r = end1 + rest1f[c] + rest1b[k]
+        if c < B:  # the last sample: stage 0's forwards, a transfer, stage 1's F and B of it
+            r = max(r, (E + rest0f[p] + amin if p < B else X) + f1min + r1min)
+        last = r + gmin + tail0[B - 1] if k < B else -INF
+        if max(max(E + rest0f[p] + W0, D, last) + opt0, r + opt1) >= upper:
+            return
+        vec = (E, D, end1, G)
+        lst = layers[c + k].setdefault(key, [])  # type: ignore[union-attr]
+        for w, _ in lst:
+            if w[0] <= vec[0] and w[1] <= vec[1] and w[2] <= vec[2] and w[3] <= vec[3]:
+                return
+        lst[:] = [e for e in lst if not all(x <= y for x, y in zip(vec, e[0]))]
+        lst.append((vec, raw))
+        kept[0] += 1
+
+    add((0, 0, 0, 0), (0.0, 0.0, -INF, 0.0, 0.0))
+    best = INF
+    for L in range(2 * B + 1):
+        if deadline is not None and time.perf_counter() > deadline:
+            return TwoStage(INF, None, False, {"states": kept[0], "front": kept[1]})
+        front = layers[L]
+        assert front is not None
+        for (a, p, c, k), lst in front.items():
+            kept[1] = max(kept[1], len(lst))
+            for _, raw in lst:
+                E, X, D, end1, G = raw
+                if k == B:
+                    best = min(best, max(max(E + W0, D) + opt0, end1 + opt1))
+                    continue
+                for d in range(c + 1, B + 1):  # stage 1 forwards [c, d)
+                    if d <= p:
+                        add((a, p, d, k), (E, X, D, max(end1, X) + f1[d - c], G))
+                        continue
+                    for a2 in range(p, d):  # stage 0 first: [p, a2) at its cheapest, [a2, p2)
+                        Ea = E + cheapest_f0[p][a2]
+                        for p2 in range(d, B + 1):
+                            E2 = Ea + f0[p2 - a2]
+                            X2 = max(X, E2) + act[p2 - a2]
+                            add((a2, p2, d, k), (E2, X2, D, max(end1, X2) + f1[d - c], G))
+                for k2 in range(k + 1, c + 1):  # stage 1 backwards [k, k2)
+                    e = end1 + r1[k2 - k]
+                    G2 = max(G, e) + grad[k2 - k]
+                    add((a, p, c, k2), (E, X, max(D, G2 + max(tail0[k:k2])), e, G2))
+        layers[L] = None
+    return TwoStage(best, None, True, {"states": kept[0], "front": kept[1]})

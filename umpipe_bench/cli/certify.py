@@ -19,7 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "order of a stage's operations the dependencies allow (the capped family and 1F1B "
         "included); gpipe: all forwards before the first backward. --record stores the "
         "bounds in the best-known file (and a better plan of the capped family, when the "
-        "solver's order is one). Needs the extra 'certify' (pip install 'umpipe-bench[certify]').",
+        "solver's order is one). Two-stage problems under --order any: stash mode is solved "
+        "exactly by a dynamic program instead of the solver, recompute mode first gets a "
+        "dynamic-program bound (docs/CERTIFY.md). Needs the extra 'certify' (pip install "
+        "'umpipe-bench[certify]').",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("problems", nargs="+", metavar="PROBLEM", help="problem names or files")
@@ -28,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--order", choices=("any", "gpipe", "both"), default="both",
                    help="orders of the operations the model allows (docs/CERTIFY.md)")
     p.add_argument("--time-limit", type=seconds(0.0, open_low=True), default=60.0,
-                   metavar="SECS", help="solver time per (problem, mode, order)")
+                   metavar="SECS", help="solver time per (problem, mode, order); a "
+                   "two-stage program gets as much of its own")
     p.add_argument("--workers", type=whole(1, 64), default=1, help="solver threads")
     p.add_argument("--decide", type=seconds(0.0), default=0.0, metavar="SECS",
                    help="after the search, when it ends short of optimal: decision solves "
