@@ -164,9 +164,10 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     (:func:`_decide`) when the search ends short of optimal. ``two_stage``: a two-stage
     stash problem (``B <= MAX_B``, order ``any``) is solved by the exact program of
     :mod:`.two_stage` instead of the solver (the solver when the program does not finish
-    within ``time_limit``); a recompute one first gets the program's bound (within
-    ``time_limit`` of its own), which ends the solve when it proves the best hint optimal
-    and otherwise joins the solver's (False: the solver alone)."""
+    within ``time_limit``); a recompute one first gets the program's bound, which ends the
+    solve when it proves the best hint optimal and otherwise joins the solver's (False: the
+    solver alone). A program and the search share ``time_limit``: the search gets what the
+    program left (at least 0.01 s)."""
     from ..bound import lower_bound
 
     require_solver()
@@ -234,7 +235,8 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
             starts = m.fs if op.kind == "F" else m.bs
             m.cp.add_hint(starts[op.stage][(op.start, op.stop)], int(op.t0 / unit))
     solver = cp_model.CpSolver()
-    limit = float(time_limit)
+    # what a two-stage program left of the time limit (it shares one limit with the search)
+    limit = max(0.01, float(time_limit) - (time.perf_counter() - t_start))
     if clock is not None and math.isfinite(clock.remaining()):
         limit = min(limit, max(0.01, clock.remaining()))
     solver.parameters.max_time_in_seconds = limit
