@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from umpipe_bench.problem import Link, Problem, StageCosts
+from umpipe_bench.schedules import Op
 
 
 def make_problem(
@@ -46,3 +48,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("runtime") is not None:
             item.add_marker(pytest.mark.slow)
+
+
+def random_stage_order(row: list[Op], rng: np.random.Generator) -> list[Op]:
+    """A random order of one stage's ops: forwards ascending, backwards ascending, every
+    backward after the forward of its last sample (the family of docs/SIMNETS.md)."""
+    F = [o for o in row if o.kind == "F"]
+    Bk = [o for o in row if o.kind == "B"]
+    out: list[Op] = []
+    i = j = 0
+    while i < len(F) or j < len(Bk):
+        fwd_done = F[i - 1].stop if i else 0
+        can_b = j < len(Bk) and Bk[j].stop <= fwd_done
+        if i < len(F) and (not can_b or rng.random() < 0.5):
+            out.append(F[i])
+            i += 1
+        else:
+            out.append(Bk[j])
+            j += 1
+    return out

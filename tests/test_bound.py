@@ -20,12 +20,12 @@ from umpipe_bench.planners.evaluation.reference import best_edp, edp_times
 from umpipe_bench.planners.search.base import PlannerError
 from umpipe_bench.problem import Link
 from umpipe_bench.registry import get_planner, planner_names
-from umpipe_bench.schedules import Op, gpipe
+from umpipe_bench.schedules import gpipe
 from umpipe_bench.simnets import FAMILIES, family_problem
 from umpipe_bench.simulator import SimulationError, gpipe_recurrence, simulate
 from umpipe_bench.synthetic import synthetic_problem
 
-from .conftest import make_problem
+from .conftest import make_problem, random_stage_order
 
 pytestmark = pytest.mark.slow  # the fast tier (-m "not slow") leaves this module out
 
@@ -108,25 +108,6 @@ def test_unknown_mode_is_refused():
         lower_bound(synthetic_problem(2, 3, 0), "keep")
 
 
-def _interleave(row: list[Op], rng: np.random.Generator) -> list[Op]:
-    """A random order of one stage's ops: forwards ascending, backwards ascending, every
-    backward after the forward of its last sample (the family of docs/SIMNETS.md)."""
-    F = [o for o in row if o.kind == "F"]
-    Bk = [o for o in row if o.kind == "B"]
-    out: list[Op] = []
-    i = j = 0
-    while i < len(F) or j < len(Bk):
-        fwd_done = F[i - 1].stop if i else 0
-        can_b = j < len(Bk) and Bk[j].stop <= fwd_done
-        if i < len(F) and (not can_b or rng.random() < 0.5):
-            out.append(F[i])
-            i += 1
-        else:
-            out.append(Bk[j])
-            j += 1
-    return out
-
-
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), mode=st.sampled_from(MODES),
        family=st.sampled_from(FAMILIES), h=st.sampled_from((0.0, 0.5, 1.0)))
@@ -140,7 +121,7 @@ def test_never_above_random_plans_in_random_schedules(seed, mode, family, h):
     plan = Plan.from_bits(fb, bb, mode)
     lb = lower_bound(p, mode)
     assert lb <= gpipe_recurrence(p, plan) * (1 + REL)
-    ops = [_interleave(row, rng) for row in gpipe(plan)]
+    ops = [random_stage_order(row, rng) for row in gpipe(plan)]
     try:
         T = simulate(p, plan, "custom", ops=ops).iteration_time
     except SimulationError as exc:  # an input error: only a deadlock may end the case here

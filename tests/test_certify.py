@@ -28,6 +28,8 @@ from umpipe_bench.schedules import Op, gpipe
 from umpipe_bench.simnets import FAMILIES, family_problem
 from umpipe_bench.simulator import SimulationError, simulate
 
+from .conftest import random_stage_order
+
 pytest.importorskip("ortools")
 
 MODES = ("stash", "recompute")
@@ -178,22 +180,6 @@ def _fixed_costs(problem):
     return Problem.from_dict(d).validate()
 
 
-def _random_order(rng, s: int, P: tuple[int, ...], Q: tuple[int, ...]) -> list[Op]:
-    """One order of a stage's ops drawn at random among those :func:`_orders` lists."""
-    F = [Op("F", s, j, sum(P[:j]), sum(P[:j + 1])) for j in range(len(P))]
-    Bk = [Op("B", s, j, sum(Q[:j]), sum(Q[:j + 1])) for j in range(len(Q))]
-    out, i, j = [], 0, 0
-    while i < len(F) or j < len(Bk):
-        can_b = j < len(Bk) and Bk[j].stop <= (F[i - 1].stop if i else 0)
-        if i < len(F) and (not can_b or rng.random() < 0.5):
-            out.append(F[i])
-            i += 1
-        else:
-            out.append(Bk[j])
-            j += 1
-    return out
-
-
 @settings(max_examples=200, deadline=None)
 @given(seed=st.integers(0, 10_000), mode=st.sampled_from(MODES),
        family=st.sampled_from(FAMILIES))
@@ -207,7 +193,7 @@ def test_the_dominant_form_of_an_order_is_never_slower(seed, mode, family):
     fb = rng.integers(0, 2, (S, B - 1))
     bb = fb if mode == "stash" else rng.integers(0, 2, (S, B - 1))
     plan = Plan.from_bits(fb, bb, mode)
-    ops = [_random_order(rng, s, plan.fwd[s], plan.bwd[s]) for s in range(S)]
+    ops = [random_stage_order(row, rng) for row in gpipe(plan)]
     try:
         T = simulate_order(p, plan, ops)
     except SimulationError:
