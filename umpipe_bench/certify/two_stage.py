@@ -201,10 +201,11 @@ def two_stage_recompute_bound(problem: Problem, upper: float = INF,
         last = r + gmin + tail0[B - 1] if k < B else -INF
         if max(max(E + rest0f[p] + W0, D, last) + opt0, r + opt1) >= upper:
             return
-        vec = (E, D, end1, G)
+        vec = (E, X, D, end1, G)
         lst = layers[c + k].setdefault(key, [])  # type: ignore[union-attr]
         for w, _ in lst:
-            if w[0] <= vec[0] and w[1] <= vec[1] and w[2] <= vec[2] and w[3] <= vec[3]:
+            if (w[0] <= vec[0] and w[1] <= vec[1] and w[2] <= vec[2] and w[3] <= vec[3]
+                    and w[4] <= vec[4]):
                 return
         lst[:] = [e for e in lst if not all(x <= y for x, y in zip(vec, e[0]))]
         lst.append((vec, raw))
