@@ -37,12 +37,13 @@ import numpy as np
 from .plan import MODES
 from .problem import Problem
 
-__all__ = ["Bound", "gap_to_bound", "lower_bound", "min_composition_cost", "named_lower_bound",
-           "stage_bound"]
+__all__ = ["Bound", "gap_to_bound", "lower_bound", "min_composition_cost",
+           "min_composition_costs", "named_lower_bound", "stage_bound"]
 
 
-def min_composition_cost(cost: np.ndarray) -> np.ndarray:
-    """``out[s] = min over compositions (p_1..p_K) of B of sum_j cost[s, p_j]``.
+def min_composition_costs(cost: np.ndarray) -> np.ndarray:
+    """``out[s, n] = min over compositions (p_1..p_K) of n of sum_j cost[s, p_j]``, for every
+    ``n`` from 0 to B (the least cost of any ``n`` consecutive samples).
 
     ``cost`` is ``[S, B+1]`` with column ``m`` the cost of size ``m`` (column 0 unused). An
     unbounded min-plus knapsack: ``best[n] = min_m best[n-m] + cost[m]``, one vector step per
@@ -55,7 +56,13 @@ def min_composition_cost(cost: np.ndarray) -> np.ndarray:
     for n in range(1, B + 1):
         # best[:, n-m] + cost[:, m] for m = 1..n
         best[:, n] = np.min(best[:, n - 1::-1][:, :n] + cost[:, 1:n + 1], axis=1)
-    return best[:, B]
+    return best
+
+
+def min_composition_cost(cost: np.ndarray) -> np.ndarray:
+    """``out[s] = min over compositions (p_1..p_K) of B of sum_j cost[s, p_j]``
+    (:func:`min_composition_costs` at ``n = B``)."""
+    return min_composition_costs(cost)[:, -1]
 
 
 @dataclass(frozen=True)

@@ -302,14 +302,12 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None,
 
         order = "gpipe" if e.family == "gpipe" else "any"
         hints, decide = None, 0.0
-        if plan_path is not None and e.bound_by.startswith("two-stage dp"):
+        # the two-stage program prunes at the entry's value; decisions start below it
+        program, decided = e.bound_by.startswith("two-stage dp"), e.bound_by.endswith(" decide")
+        if plan_path is not None and (program or decided):
             from ..plan import Plan
 
-            hints = [Plan.load(plan_path)]  # the program prunes below the entry's value
-        elif e.bound_by.endswith(" decide") and plan_path is not None:
-            from ..plan import Plan
-
-            hints, decide = [Plan.load(plan_path)], prove
+            hints, decide = [Plan.load(plan_path)], prove if decided else 0.0
         c = certify(problem, e.mode, order=order, time_limit=prove, hints=hints,
                     decide=decide)
         if c.bound < e.bound * (1 - REL_TOL):

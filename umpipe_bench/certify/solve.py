@@ -206,15 +206,10 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
             r = two_stage_recompute_bound(problem, upper, _deadline(t_start, time_limit, clock))
             if r.finished:
                 dp_bound = min(r.T, upper) * (1.0 - DP_SLACK)
-                dp_stats = {"method": "two-stage bound", "dp_wall": time.perf_counter() - t_start,
-                            **r.stats}
+                dp_stats = {"method": "two-stage bound", **r.stats}
                 if best_T - dp_bound <= OPT_TOL * best_T:
-                    stats = {**dp_stats, "conflicts": 0, "branches": 0,
-                             "solver_bound": dp_bound, "decisions": []}
-                    return Certificate(problem.name, mode, order, best_T, dp_bound, "OPTIMAL",
-                                       best_plan, [[str(o) for o in row] for row in best_ops],
-                                       False, time.perf_counter() - t_start,
-                                       unit_for(best_T, RESOLUTION), stats)
+                    return _program_certificate(problem, mode, best_plan, best_ops, best_T,
+                                                dp_bound, False, t_start, dp_stats)
     unit = unit_for(best_T, RESOLUTION)
     horizon = math.ceil(best_T / unit) + 1
     m = build(problem, mode, unit, horizon, order)
@@ -236,9 +231,7 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
             m.cp.add_hint(starts[op.stage][(op.start, op.stop)], int(op.t0 / unit))
     solver = cp_model.CpSolver()
     # what a two-stage program left of the time limit (it shares one limit with the search)
-    limit = max(0.01, float(time_limit) - (time.perf_counter() - t_start))
-    if clock is not None and math.isfinite(clock.remaining()):
-        limit = min(limit, max(0.01, clock.remaining()))
+    limit = max(0.01, _deadline(t_start, time_limit, clock) - time.perf_counter())
     solver.parameters.max_time_in_seconds = limit
     solver.parameters.num_workers = int(workers)
     solver.parameters.random_seed = int(seed)
@@ -307,12 +300,20 @@ def _two_stage(problem: Problem, best_plan: Plan, best_ops: list[list[Op]], best
             best_plan, best_ops, best_T, from_solver = r.plan, ops, T, True
     # no plan below ``upper`` but what it found: the least T, up to float rounding
     bound = max(lower_bound(problem, "stash"), min(r.T, upper) * (1.0 - DP_SLACK))
-    name = "OPTIMAL" if best_T - bound <= OPT_TOL * best_T else "FEASIBLE"
-    stats = {"method": "two-stage dp", "conflicts": 0, "branches": 0, "solver_bound": bound,
-             "decisions": [], **r.stats}
-    return Certificate(problem.name, "stash", "any", best_T, bound, name, best_plan,
-                       [[str(o) for o in row] for row in best_ops], from_solver,
-                       time.perf_counter() - t_start, unit_for(best_T, RESOLUTION), stats)
+    return _program_certificate(problem, "stash", best_plan, best_ops, best_T, bound,
+                                from_solver, t_start, {"method": "two-stage dp", **r.stats})
+
+
+def _program_certificate(problem: Problem, mode: str, plan: Plan, ops: list[list[Op]],
+                         value: float, bound: float, from_solver: bool, t_start: float,
+                         stats: dict[str, Any]) -> Certificate:
+    """The certificate of a two-stage program that ends the solve (no solver ran)."""
+    status = "OPTIMAL" if value - bound <= OPT_TOL * value else "FEASIBLE"
+    return Certificate(problem.name, mode, "any", value, bound, status, plan,
+                       [[str(o) for o in row] for row in ops], from_solver,
+                       time.perf_counter() - t_start, unit_for(value, RESOLUTION),
+                       {**stats, "conflicts": 0, "branches": 0, "solver_bound": bound,
+                        "decisions": []})
 
 
 def _decide(problem: Problem, mode: str, m: Any, best: dict[str, Any], bound: float,

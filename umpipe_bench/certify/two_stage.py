@@ -39,7 +39,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from operator import le
 from typing import Any
+
+import numpy as np
 
 from ..plan import Plan
 from ..problem import Problem
@@ -62,13 +65,36 @@ class TwoStage:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def _suffix_min(cost: list[float], B: int) -> list[float]:
-    """``out[n]``: the least cost of a composition of the samples ``[n, B)``."""
-    out = [INF] * (B + 1)
-    out[B] = 0.0
-    for n in range(B - 1, -1, -1):
-        out[n] = min(cost[m] + out[n + m] for m in range(1, B - n + 1))
+def _costs(problem: Problem, mode: str) -> dict[str, Any]:
+    """The model's costs of a two-stage ``problem`` as float lists by size (a backward the
+    cheaper of its near and far cost), and ``least[kind]``: the least cost of ``n``
+    consecutive samples in one stage's microbatches of that kind, for every ``n``."""
+    from ..bound import min_composition_costs
+
+    if problem.S != 2:
+        raise ValueError(f"the two-stage program needs S = 2, got S = {problem.S}")
+    tb = problem.tables()
+    back = np.minimum(tb.backward(mode), tb.backward_far(mode))
+    c = {"f0": tb.fwd[0], "f1": tb.fwd[1], "b0": back[0], "b1": back[1],
+         "act": tb.act[0], "grad": tb.grad[0]}
+    least = min_composition_costs(np.array([c["f0"], c["b0"], c["f1"], c["b1"],
+                                            c["f1"] + c["b1"]]))
+    out: dict[str, Any] = {k: [float(x) for x in v] for k, v in c.items()}
+    out["least"] = dict(zip(("f0", "b0", "f1", "b1", "fb1"), (row.tolist() for row in least)))
+    out["opt0"], out["opt1"] = float(tb.opt[0]), float(tb.opt[1])
     return out
+
+
+def _keep(front: list, vec: tuple, item: tuple) -> bool:
+    """Add ``(vec, *item)`` to a Pareto ``front`` (entries ``(vector, ...)``, smaller is
+    better in every component) unless an entry is no larger in all; drop the entries it is
+    no larger than. Whether it was added."""
+    for e in front:
+        if all(map(le, e[0], vec)):
+            return False
+    front[:] = [e for e in front if not all(map(le, vec, e[0]))]
+    front.append((vec, *item))
+    return True
 
 
 def two_stage_stash(problem: Problem, upper: float = INF,
@@ -76,18 +102,12 @@ def two_stage_stash(problem: Problem, upper: float = INF,
     """The least ``T`` below ``upper`` over every stash plan and order of a two-stage
     ``problem`` (module docstring), and a plan that reaches it; ``deadline``: a
     ``time.perf_counter()`` value after which the program stops unfinished."""
-    if problem.S != 2:
-        raise ValueError(f"the two-stage program needs S = 2, got S = {problem.S}")
     B = problem.B
-    tb = problem.tables()
-    back = [min(x, y) for x, y in zip(tb.backward("stash")[0], tb.backward_far("stash")[0])]
-    back1 = [min(x, y) for x, y in zip(tb.backward("stash")[1], tb.backward_far("stash")[1])]
-    f0, f1 = [float(x) for x in tb.fwd[0]], [float(x) for x in tb.fwd[1]]
-    b0, b1 = [float(x) for x in back], [float(x) for x in back1]
-    act, grad = [float(x) for x in tb.act[0]], [float(x) for x in tb.grad[0]]
-    opt0, opt1 = float(tb.opt[0]), float(tb.opt[1])
-    rest0f, rest0b = _suffix_min(f0, B), _suffix_min(b0, B)
-    rest1 = _suffix_min([x + y for x, y in zip(f1, b1)], B)
+    cs = _costs(problem, "stash")
+    f0, f1, b0, b1, act, grad = (cs[k] for k in ("f0", "f1", "b0", "b1", "act", "grad"))
+    opt0, opt1, least = cs["opt0"], cs["opt1"], cs["least"]
+    # the least cost of the samples [n, B) of a kind
+    rest0f, rest0b, rest1 = (least[k][::-1] for k in ("f0", "b0", "fb1"))
     # a state: (vector, raw, node); raw = (E, X, W, D, Wfirst or None, end1, G); node: the
     # steps so far as a linked list (stage, size, parent)
     front: dict[tuple[int, int, int], list[tuple[tuple, tuple, Any]]] = {}
@@ -100,14 +120,7 @@ def two_stage_stash(problem: Problem, upper: float = INF,
         if least >= upper:
             return
         vec = (E, X, E + W, D + W, W - Wf if Wf is not None else -INF, end1, G)
-        lst = front.setdefault(key, [])
-        for w, _, _ in lst:
-            if (w[0] <= vec[0] and w[1] <= vec[1] and w[2] <= vec[2] and w[3] <= vec[3]
-                    and w[4] <= vec[4] and w[5] <= vec[5] and w[6] <= vec[6]):
-                return
-        lst[:] = [e for e in lst if not all(x <= y for x, y in zip(vec, e[0]))]
-        lst.append((vec, raw, node))
-        kept[0] += 1
+        kept[0] += _keep(front.setdefault(key, []), vec, (raw, node))
 
     add((0, 0, 0), (0.0, 0.0, 0.0, -INF, None, 0.0, 0.0), None)
     best_T, best_node = INF, None
@@ -154,16 +167,6 @@ def two_stage_stash(problem: Problem, upper: float = INF,
     return TwoStage(best_T, plan, True, {"states": kept[0], "front": kept[1]})
 
 
-def _between_min(cost: list[float], B: int) -> list[list[float]]:
-    """``out[x][y]``: the least cost of a composition of the samples ``[x, y)``."""
-    out = [[INF] * (B + 1) for _ in range(B + 1)]
-    for x in range(B + 1):
-        out[x][x] = 0.0
-        for y in range(x + 1, B + 1):
-            out[x][y] = min(out[x][y - m] + cost[m] for m in range(1, y - x + 1))
-    return out
-
-
 def two_stage_recompute_bound(problem: Problem, upper: float = INF,
                               deadline: float | None = None) -> TwoStage:
     """A lower bound on ``T`` of every recompute plan and order of a two-stage ``problem``
@@ -171,19 +174,12 @@ def two_stage_recompute_bound(problem: Problem, upper: float = INF,
     program exact in stage 1 (forward and backward compositions, its dominant order) and in
     stage 0's forwards, with stage 0's backward composition relaxed sample by sample. ``T``
     is inf when nothing is below ``upper`` (then ``upper`` is the bound); no plan."""
-    if problem.S != 2:
-        raise ValueError(f"the two-stage program needs S = 2, got S = {problem.S}")
     B = problem.B
-    tb = problem.tables()
-    f0, f1 = [float(x) for x in tb.fwd[0]], [float(x) for x in tb.fwd[1]]
-    near, far = tb.backward("recompute"), tb.backward_far("recompute")
-    r0 = [float(min(x, y)) for x, y in zip(near[0], far[0])]
-    r1 = [float(min(x, y)) for x, y in zip(near[1], far[1])]
-    act, grad = [float(x) for x in tb.act[0]], [float(x) for x in tb.grad[0]]
-    opt0, opt1 = float(tb.opt[0]), float(tb.opt[1])
-    rest0f, rest0b = _suffix_min(f0, B), _suffix_min(r0, B)
-    rest1f, rest1b = _suffix_min(f1, B), _suffix_min(r1, B)
-    cheapest_f0 = _between_min(f0, B)
+    cs = _costs(problem, "recompute")
+    f0, f1, r0, r1, act, grad = (cs[k] for k in ("f0", "f1", "b0", "b1", "act", "grad"))
+    opt0, opt1, least = cs["opt0"], cs["opt1"], cs["least"]
+    # the least cost of the samples [n, B) of a kind
+    rest0f, rest0b, rest1f, rest1b = (least[k][::-1] for k in ("f0", "b0", "f1", "b1"))
     # tail0[t]: the least stage-0 backward work from the start of the microbatch holding t
     tail0 = [min(r0[y - x] + rest0b[y] for x in range(t + 1) for y in range(t + 1, B + 1))
              for t in range(B)]
@@ -201,15 +197,8 @@ def two_stage_recompute_bound(problem: Problem, upper: float = INF,
         last = r + gmin + tail0[B - 1] if k < B else -INF
         if max(max(E + rest0f[p] + W0, D, last) + opt0, r + opt1) >= upper:
             return
-        vec = (E, X, D, end1, G)
-        lst = layers[c + k].setdefault(key, [])  # type: ignore[union-attr]
-        for w, _ in lst:
-            if (w[0] <= vec[0] and w[1] <= vec[1] and w[2] <= vec[2] and w[3] <= vec[3]
-                    and w[4] <= vec[4]):
-                return
-        lst[:] = [e for e in lst if not all(x <= y for x, y in zip(vec, e[0]))]
-        lst.append((vec, raw))
-        kept[0] += 1
+        kept[0] += _keep(layers[c + k].setdefault(key, []),  # type: ignore[union-attr]
+                         (E, X, D, end1, G), (raw,))
 
     add((0, 0, 0, 0), (0.0, 0.0, -INF, 0.0, 0.0))
     best = INF
@@ -230,7 +219,7 @@ def two_stage_recompute_bound(problem: Problem, upper: float = INF,
                         add((a, p, d, k), (E, X, D, max(end1, X) + f1[d - c], G))
                         continue
                     for a2 in range(p, d):  # stage 0 first: [p, a2) at its cheapest, [a2, p2)
-                        Ea = E + cheapest_f0[p][a2]
+                        Ea = E + least["f0"][a2 - p]
                         for p2 in range(d, B + 1):
                             E2 = Ea + f0[p2 - a2]
                             X2 = max(X, E2) + act[p2 - a2]
