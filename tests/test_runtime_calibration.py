@@ -263,4 +263,65 @@ def test_combine_reports_the_runtime_calibrated_model(tmp_path):
     line = next(x for x in page.read_text().splitlines() if "| runtime-calibrated |" in x)
     cells = [x.strip() for x in line.split("|")]
     assert cells[4] == "1.00 ms + 0.20 ms/MB" and cells[5].startswith("1.000") \
-        and cells[6].startswith("1.000") and cells[8] == "0.0 %"
+        and cells[6].startswith("1.000") and cells[8] == "1.00" and cells[9] == "0.0 %"
+
+
+def test_combine_keeps_sittings_apart_and_finds_the_profile_one_folder_up(tmp_path):
+    """Runs of one workload in two folders (a sitting's folder below the profile's) are two
+    sections, each with its own runtime-calibrated model; the sitting's as-profiled model reads
+    the profile one folder up (not the registry problem of the same name): 'measured' medians
+    that are the simulator's T on that profile (every cost doubled) give it zero error."""
+    from umpipe_bench.runtime import torch_entries, torch_report
+
+    d = get_problem("sim-s8-b16-s1").to_dict()
+    for st in d["stages"]:
+        for k in ("fwd", "bwd", "ibwd", "wbwd", "rbwd", "ribwd"):
+            if st.get(k) is not None:
+                st[k] = [2 * x for x in st[k]]
+    prof = tmp_path / "sim-s8-b16-s1.json"
+    prof.write_text(json.dumps(d))
+    sit = tmp_path / "2026-01-01"
+    sit.mkdir()
+    (sit / "sim-s8-b16-s1.runtime.json").write_text(json.dumps(d))
+    picks = torch_entries.predicted_entries(str(prof), "stash")
+    rows = [{"label": f"{e['schedule']}:M{e['M']}:{'-'.join(map(str, e['partition']))}",
+             "torch_class": e["torch_class"], "M": e["M"], "partition": e["partition"],
+             "v": e["v"], "T_pred": None} for e in picks["entries"]]
+    for r, T in zip(rows, torch_entries.predict_rows(str(prof), rows, 0.0)):
+        r.update(median=T, low=T, high=T, n=1)
+    runs = []
+    for folder in (tmp_path, sit):
+        run = folder / "sim-s8-b16-s1.run1.json"
+        run.write_text(json.dumps({"command": "x", "date": "d", "load_before": "0",
+                                   "load_after": "0", "workload": {"name": "sim-s8-b16-s1"},
+                                   "summary": {"rows": rows}}))
+        runs.append(str(run))
+    page = tmp_path / "page.md"
+    assert torch_report.combine(runs, str(page), None, "cmd") == 0
+    text = page.read_text()
+    assert "\n## sim-s8-b16-s1\n" in text and "\n## sim-s8-b16-s1 (2026-01-01)\n" in text
+    rows_of = [[c.strip() for c in x.split("|")] for x in text.splitlines()
+               if x.startswith("| sim-s8-b16-s1")]
+    assert [(r[1], r[2]) for r in rows_of] == [
+        ("sim-s8-b16-s1", "as profiled"), ("sim-s8-b16-s1 (2026-01-01)", "as profiled"),
+        ("sim-s8-b16-s1 (2026-01-01)", "runtime-calibrated")]
+    assert all(r[9] == "0.0 %" for r in rows_of)
+
+
+def test_sitting_script_refuses_bad_input_in_one_line(tmp_path):
+    """The sitting script checks its arguments before it starts any process: a wrong count, an
+    unknown workload, rounds that are not a positive integer and a sitting that already holds
+    the workload each get one line naming the argument, exit 2, and nothing written."""
+    import subprocess
+
+    script = ROOT / "scripts" / "torch_schedules_sitting.sh"
+    profile = "vgg16-mini-b16-l16"
+    cases = [([], "usage"), (["s", "no-such-workload", "3"], "WORKLOAD"),
+             (["s", profile, "0"], "ROUNDS"), (["s", profile, "2x"], "ROUNDS"),
+             (["2026-12-05", profile, "3"], "SITTING")]
+    for args, word in cases:
+        r = subprocess.run(["bash", str(script), *args], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2, (args, r.stderr)
+        assert word in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+    assert not (ROOT / "results/real/torch-schedules/s").exists()

@@ -239,7 +239,7 @@ def test_calibration_recovers_a_known_overhead_and_combine_reports_it(tmp_path) 
     line = next(x for x in report.read_text().splitlines() if "| with overhead |" in x)
     cells = [x.strip() for x in line.split("|")]
     assert cells[3] == "2.00 ms" and cells[4] == "off" and cells[5].startswith("1.000") \
-        and cells[8] == "0.0 %"
+        and cells[9] == "0.0 %"
     # a second launch of the same entries, 10 % slower throughout, leaves the ranks alone
     # and the per-entry median over launches is the middle of the two
     import json
@@ -252,7 +252,8 @@ def test_calibration_recovers_a_known_overhead_and_combine_reports_it(tmp_path) 
     assert torch_report.combine([str(run_path), str(second)], str(report), None, "cmd") == 0
     line = next(x for x in report.read_text().splitlines() if "| with overhead |" in x)
     cells = [x.strip() for x in line.split("|")]
-    assert cells[5].startswith("1.000") and cells[7] == "1.00, 1.00" and cells[8] == "4.8 %"  # 0.05 / 1.05
+    assert cells[5].startswith("1.000") and cells[7] == cells[8] == "1.00, 1.00" \
+        and cells[9] == "4.8 %"  # 0.05 / 1.05
     # the measurement's own agreement: the two launches rank the entries alike
     assert "Launch against launch (Spearman over all entries): 1-2 1.00" in report.read_text()
 

@@ -105,6 +105,11 @@ def _launch_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
     return rows, [[b[lab]["median"] for b in by_label] for lab in keep]
 
 
+#: marker and colour of each model on the scatter
+_STYLE = {"as profiled": ("o", "C0"), "with overhead": ("s", "C1"),
+          "runtime-calibrated": ("^", "C2")}
+
+
 def combine(paths: list[str], report_path: str, png: str | None, command: str) -> int:
     """One page over measured workloads (``X.run*.json`` files written by ``--out``; several
     launches of one workload are combined).
@@ -125,15 +130,22 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
 
     from umpipe_bench.runtime.stats import spearman as rho
 
-    groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    groups: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
     for path in paths:
         run = json.loads(Path(path).read_text(encoding="utf-8"))
-        groups.setdefault(run["workload"]["name"], []).append((path, run))
+        groups.setdefault((str(Path(path).parent), run["workload"]["name"]), []).append(
+            (path, run))
     out = []
-    for name, items in groups.items():
+    for (folder, name), items in groups.items():
         runs = [run for _, run in items]
         first = items[0][0]
-        beside = Path(first).parent / f"{name}.json"  # the workload's profile, if kept there
+        # the workload's profile, if kept beside the runs or, for a sitting's folder, one up
+        beside = Path(folder) / f"{name}.json"
+        if not beside.exists() and (Path(folder).parent / f"{name}.json").exists():
+            beside = Path(folder).parent / f"{name}.json"
+            title = f"{name} ({Path(folder).name})"
+        else:
+            title = name
         problem = str(beside) if beside.exists() else name
         cal_path = Path(re.sub(r"\.run\d*\.json$", ".calrun.json", str(first)))
         c = fit_overhead(problem, str(cal_path)) if cal_path.exists() else None
@@ -150,7 +162,7 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
             keys = {(e["torch_class"], e["M"], tuple(e["partition"])) for e in chosen}
             picks[k] = [i for i, r in enumerate(rows)
                         if (r["torch_class"], r["M"], tuple(r["partition"])) in keys]
-        out.append((name, runs, c, rows, per_launch, meas, models, preds, picks))
+        out.append((title, runs, c, rows, per_launch, meas, models, preds, picks))
     lines = ["# torch's pipeline schedules: predicted against measured", "",
              f"Regenerate the page: `{command}`. The runs: `python "
              "scripts/measure_torch_schedules.py ENTRIES --rounds R --warmup W --out "
@@ -174,12 +186,18 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
              "calibration run (GPipe and ZB1P over every split point, M = 2 and 4; none of the "
              "runs below), plus a CPU charge on both ends of every cross-device message, a + b * "
              "bytes, fitted to two exchange measurements (results/real/torch-schedule-ops/ and "
-             "results/real/runtime-calibration/exchange.json). Each section ends with the "
-             "measurement's own agreement: Spearman of one launch's entry times against "
-             "another's.", "",
+             "results/real/runtime-calibration/exchange.json). A workload whose title carries a "
+             "date is one sitting of `scripts/torch_schedules_sitting.sh DATE WORKLOAD ROUNDS` "
+             "(files in `results/real/torch-schedules/DATE/` and "
+             "`results/real/runtime-calibration/DATE/`): the runtime calibration with an "
+             "exchange measurement of its own, the calibrated model's picks and three launches "
+             "of every entry, back to back; its runtime-calibrated model is that sitting's. "
+             "Each section ends with the measurement's own agreement: Spearman of one launch's "
+             "entry times against another's.", "",
              "| workload | model | overhead per action | message charge per end | Spearman, "
              "all entries | Spearman, the model's own picks | Spearman per launch (all "
-             "entries) | median \\|pred-meas\\|/meas |", "|---|---|---:|---|---:|---:|---|---:|"]
+             "entries) | Spearman per launch (own picks) | median \\|pred-meas\\|/meas |",
+             "|---|---|---:|---|---:|---:|---|---|---:|"]
     for name, _runs, _c, rows, per_launch, meas, models, preds, picks in out:
         for k, (prob, v) in models.items():
             p = preds[k]
@@ -190,11 +208,14 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
             err = float(np.median([abs(a - b) / b for a, b in zip(p, meas)]))
             launches = ", ".join(f"{rho(p, [x[i] for x in per_launch]):.2f}"
                                  for i in range(len(per_launch[0])))
+            own_launches = ", ".join(
+                f"{rho([p[j] for j in own], [per_launch[j][i] for j in own]):.2f}"
+                for i in range(len(per_launch[0])))
             lines.append(
                 f"| {name} | {k} | {v * 1e3:.2f} ms | {charge} | {rho(p, meas):.3f} "
                 f"({len(rows)}) | "
                 f"{rho([p[i] for i in own], [meas[i] for i in own]):.3f} ({len(own)}) | "
-                f"{launches} | {err * 100:.1f} % |")
+                f"{launches} | {own_launches} | {err * 100:.1f} % |")
     for name, runs, _c, rows, per_launch, meas, models, preds, picks in out:
         names = list(models)
         lines += ["", f"## {name}", ""]
@@ -221,16 +242,21 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, len(out), figsize=(5.2 * len(out), 4.8), squeeze=False)
-        for ax, (name, _r, _c, rows, per_launch, meas, models, preds, _p) in zip(axes[0], out):
+        ncol = min(4, len(out))
+        nrow = -(-len(out) // ncol)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 4.8 * nrow), squeeze=False)
+        for ax in axes.flat[len(out):]:
+            ax.set_visible(False)
+        for ax, (name, _r, _c, rows, per_launch, meas, models, preds, _p) in zip(axes.flat, out):
             ys = [x * 1e3 for x in meas]
             err = [[(m - min(x)) * 1e3 for m, x in zip(meas, per_launch)],
                    [(max(x) - m) * 1e3 for m, x in zip(meas, per_launch)]]
             allv = list(ys)
-            for k, marker in zip(models, ("o", "s", "^")):
+            for k in models:  # one marker and colour per model on every panel
+                marker, colour = _STYLE.get(k, ("x", "C3"))
                 xs = [x * 1e3 for x in preds[k]]
                 allv += xs
-                ax.errorbar(xs, ys, yerr=err, fmt=marker, capsize=2, label=k,
+                ax.errorbar(xs, ys, yerr=err, fmt=marker, color=colour, capsize=2, label=k,
                             mfc="none" if marker == "o" else None)
             for x, y, r in zip(preds[list(models)[-1]], ys, rows):
                 ax.annotate(r["label"].split(":")[0], (x * 1e3, y), fontsize=6,
