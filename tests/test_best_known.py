@@ -158,3 +158,40 @@ def test_a_recorded_bound_is_checked_and_kept_by_a_better_plan(tmp_path):
         assert bk.BestKnown(f).entries[key].bound == lb  # a bound outlives the plan
     assert bk.check(f) == []
     assert bk.proven_bound(PROBLEM, "stash", f) >= lb
+
+
+def _raise_bounds(args):
+    """Worker: raise one entry's bound ``n`` times; count the times a read found its own last
+    bound gone (another process's write, made from an older read, over it)."""
+    f, key, lo, hi, n = args
+    lost = 0
+    for i in range(n):
+        e = bk.BestKnown(f).entries[key]
+        if i and e.bound < lo + (hi - lo) * (i - 1) / n:
+            lost += 1
+        bk.record_bound(key, lo + (hi - lo) * i / n, "test", f)
+    return lost
+
+
+def test_bounds_recorded_by_two_processes_at_once_are_all_kept(tmp_path):
+    """Two processes raising the bounds of two entries of one file at the same time: every
+    write is a read-change-write under the file's lock, so neither ever finds its own bound
+    undone and both final bounds are the last ones written."""
+    import multiprocessing as mp
+
+    from umpipe_bench.bound import lower_bound
+
+    f = tmp_path / "best_known.json"
+    for mode in ("stash", "recompute"):
+        bk.update([_candidate(tmp_path, 3, mode=mode, name=f"m3{mode}")[0]], f)
+    jobs = []
+    for mode in ("stash", "recompute"):
+        key = (PROBLEM, mode, "capped")
+        lo = lower_bound(get_problem(PROBLEM), mode)
+        jobs.append((str(f), key, lo * 0.5, lo, 150))
+    with mp.get_context("spawn").Pool(2) as pool:
+        lost = pool.map(_raise_bounds, jobs)
+    assert lost == [0, 0]
+    book = bk.BestKnown(f)
+    for _f, key, lo, hi, n in jobs:
+        assert book.entries[key].bound == lo + (hi - lo) * (n - 1) / n

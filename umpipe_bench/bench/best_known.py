@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import schema as sc
 from ..errors import InputError
+from ..filelock import sidecar_lock
 from ..plan import MODES, SCHEDULE_NAMES
 from ..problem import Problem, atomic_write_text
 
@@ -204,12 +205,21 @@ def update(candidates: Iterable[Candidate], path: str | os.PathLike[str] | None 
            load_problem: Any = None) -> UpdateReport:
     """Re-simulate every candidate; record those that reproduce and beat (or start) an entry.
 
-    The new plan files are written beside the JSON file, then the JSON file (atomically).
+    The new plan files are written beside the JSON file, then the JSON file (atomically); the
+    read, the changes and the write hold the file's lock (``<file>.lock``), so that writers in
+    other processes (``certify --record`` beside a ``best-known update``) lose nothing.
     """
-    from ..plan import Plan
-
     if load_problem is None:
         from ..registry import get_problem as load_problem
+    with sidecar_lock(Path(path) if path is not None else default_path()):
+        return _update(candidates, path, load_problem)
+
+
+def _update(candidates: Iterable[Candidate], path: str | os.PathLike[str] | None,
+            load_problem: Any) -> UpdateReport:
+    """:func:`update` under the file's lock."""
+    from ..plan import Plan
+
     book = BestKnown(path)
     folder = book.path.parent
     rep = UpdateReport([], [], 0)
@@ -340,7 +350,14 @@ def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None,
 
 def record_bound(key: tuple[str, str, str], bound: float, bound_by: str,
                  path: str | os.PathLike[str] | None = None) -> Entry:
-    """Store a proven ``bound`` for an entry (kept only when above the one in place)."""
+    """Store a proven ``bound`` for an entry (kept only when above the one in place); the
+    read, the change and the write under the file's lock, as :func:`update`'s."""
+    with sidecar_lock(Path(path) if path is not None else default_path()):
+        return _record_bound(key, bound, bound_by, path)
+
+
+def _record_bound(key: tuple[str, str, str], bound: float, bound_by: str,
+                  path: str | os.PathLike[str] | None) -> Entry:
     from dataclasses import replace
 
     book = BestKnown(path)
