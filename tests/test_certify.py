@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -295,6 +296,22 @@ def test_certify_proves_two_stage_stash_by_the_program_and_falls_back_on_time(mo
     monkeypatch.setattr(solve, "two_stage_stash", unfinished)
     late = certify(p, "stash", order="any", time_limit=20)
     assert "method" not in late.stats and late.bound <= c.value * (1 + REL)
+
+
+def test_certify_cli_says_what_proved_it_and_solver_only_skips_the_program(tmp_path, capsys):
+    from umpipe_bench.cli import main
+
+    p = family_problem("slowgpu", 2, 6, 1.0, 2)
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(p.to_dict()))
+    rows = {}
+    for extra in ([], ["--solver-only"]):
+        assert main(["certify", str(f), "--mode", "stash", "--order", "any", "--time-limit",
+                     "20", "--json", *extra]) == 0
+        rows[bool(extra)] = json.loads(capsys.readouterr().out)
+    assert rows[False]["by"] == "two-stage dp" and rows[True]["by"] == "cpsat"
+    assert rows[False]["optimal"] and rows[True]["optimal"]
+    assert rows[True]["value"] == pytest.approx(rows[False]["value"], rel=OPT_TOL)
 
 
 def _exact_two_stage_recompute(problem) -> float:

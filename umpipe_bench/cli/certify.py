@@ -39,6 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "'is there a schedule with T <= K?' of at most SECS each, K from just "
                    "below the best value down by bisection (docs/CERTIFY.md \"Decisions\"); "
                    "0: none")
+    p.add_argument("--solver-only", action="store_true",
+                   help="no two-stage program: the solver alone on every problem")
     p.add_argument("--record", action="store_true",
                    help="store bounds (and better capped plans) in the best-known file")
     p.add_argument("--file", default=None, metavar="JSON",
@@ -60,9 +62,11 @@ def run(args: argparse.Namespace) -> int:
             for order in orders:
                 hints = _hints(problem.name, mode, args.file)
                 c = certify(problem, mode, order=order, time_limit=args.time_limit,
-                            workers=args.workers, hints=hints, decide=args.decide)
+                            workers=args.workers, hints=hints, decide=args.decide,
+                            two_stage=not args.solver_only)
                 row = {"problem": c.problem, "mode": mode, "order": order,
-                       "status": c.status, "value": c.value, "bound": c.bound,
+                       "status": c.status, "by": c.stats.get("method", "cpsat"),
+                       "value": c.value, "bound": c.bound,
                        "gap": c.gap, "optimal": c.optimal, "from_solver": c.from_solver,
                        "wall_s": round(c.wall, 2)}
                 if args.record:
