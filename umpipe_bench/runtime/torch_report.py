@@ -112,7 +112,8 @@ _STYLE = {"as profiled": ("o", "C0"), "with overhead": ("s", "C1"),
 
 def combine(paths: list[str], report_path: str, png: str | None, command: str) -> int:
     """One page over measured workloads (``X.run*.json`` files written by ``--out``; several
-    launches of one workload are combined).
+    launches of one workload in one folder are combined; a sitting's folder below the profile's,
+    ``scripts/torch_schedules_sitting.sh``, is a group of its own, titled with the folder).
 
     An entry's measured time is the median over launches of its per-launch median (launches of
     the same entries differ by more than the rounds within one; the page shows each launch's
