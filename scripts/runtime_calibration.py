@@ -100,6 +100,37 @@ def _fit(cal_file: str, ops_dir: str, exchange: list[str], out: str) -> str:
     return "\n".join(lines)
 
 
+def _compare(earlier: str, later: str) -> str:
+    """Per kind: the later calibration's costs over the earlier's, summed over layers and
+    calibrated sizes, and per layer and size (10th, 50th and 90th percentiles of the pairs where
+    both costs are at least 0.2 ms)."""
+    import numpy as np
+
+    from umpipe_bench.problem import Problem
+
+    a, b = Problem.load(earlier), Problem.load(later)
+    if a.S != b.S or list(a.sizes) != list(b.sizes):
+        raise UmpipeError(f"{later}: {b.S} layers, sizes {list(b.sizes)}; expected those of "
+                          f"{earlier} ({a.S} layers, sizes {list(a.sizes)})")
+    cal = [set((p.provenance or {}).get("runtime_calibration", {}).get("calibrated_sizes", ()))
+           for p in (a, b)]
+    sizes = sorted(cal[0] & cal[1])
+    if not sizes:
+        raise UmpipeError(f"{earlier} and {later}: no microbatch size calibrated in both")
+    cols = [list(a.sizes).index(m) for m in sizes]
+    lines = [f"later / earlier, calibrated sizes {sizes}: whole kind; per layer and size "
+             "p10 / p50 / p90 (both >= 0.2 ms)"]
+    for kind in ("fwd", "bwd", "ibwd", "wbwd"):
+        if any(getattr(st, kind) is None for st in (*a.stages, *b.stages)):
+            continue  # a problem without split-backward tables
+        x = np.array([[getattr(st, kind)[j] for j in cols] for st in a.stages])
+        y = np.array([[getattr(st, kind)[j] for j in cols] for st in b.stages])
+        both = (x >= 2e-4) & (y >= 2e-4)
+        p10, p50, p90 = np.percentile(y[both] / x[both], [10, 50, 90])
+        lines.append(f"{kind:5} {y.sum() / x.sum():.2f}; {p10:.2f} / {p50:.2f} / {p90:.2f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -116,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--exchange", required=True, nargs="+", help="exchange.json file(s) of "
                    "`scripts/torch_schedule_ops.py exchange` (several: their rows pooled)")
     f.add_argument("--out", required=True, help="the calibrated problem file")
+    c = sub.add_parser("compare", help="how two calibrations of one workload differ")
+    c.add_argument("earlier", help="a calibrated problem file (`fit --out`)")
+    c.add_argument("later", help="another calibrated problem file of the same workload")
     a = ap.parse_args(argv)
     try:
         if a.cmd == "entries":
@@ -130,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
 
             Path(a.out).mkdir(parents=True, exist_ok=True)
             mp.spawn(_run_rank, args=(_free_port(), a.entries, a.rounds, a.out, True), nprocs=2)
+        elif a.cmd == "compare":
+            print(_compare(a.earlier, a.later))
         else:
             print(_fit(a.entries, a.ops, a.exchange, a.out))
     except (UmpipeError, OSError, json.JSONDecodeError) as exc:

@@ -325,3 +325,26 @@ def test_sitting_script_refuses_bad_input_in_one_line(tmp_path):
         assert r.returncode == 2, (args, r.stderr)
         assert word in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
     assert not (ROOT / "results/real/torch-schedules/s").exists()
+
+
+def test_compare_gives_the_ratio_of_two_calibrations(tmp_path, capsys):
+    """A calibration against itself with every cost of one kind doubled: that kind reads 2.00
+    whole and at every percentile, the others 1.00; different layer counts are one line, exit 2."""
+    rc = _script("runtime_calibration")
+    d = get_problem("sim-s8-b16-s1").to_dict()
+    d["provenance"] = {**(d.get("provenance") or {}),
+                       "runtime_calibration": {"calibrated_sizes": list(d["sizes"])[:2]}}
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(json.dumps(d))
+    for st in d["stages"]:
+        st["fwd"] = [2 * x for x in st["fwd"]]
+    b.write_text(json.dumps(d))
+    assert rc.main(["compare", str(a), str(b)]) == 0
+    rows = {line.split()[0]: line.split(None, 1)[1]
+            for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["fwd"] == "2.00; 2.00 / 2.00 / 2.00"
+    assert rows["bwd"] == "1.00; 1.00 / 1.00 / 1.00"
+    d["stages"], d["links"] = d["stages"][:-1], d["links"][:-1]
+    c.write_text(json.dumps(d))
+    assert rc.main(["compare", str(a), str(c)]) == 2
+    assert "layers" in capsys.readouterr().err

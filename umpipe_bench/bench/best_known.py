@@ -60,6 +60,11 @@ def default_path() -> Path:
     return Path(spec.origin).parent / "best_known.json"
 
 
+def _file(path: str | os.PathLike[str] | None) -> Path:
+    """The best-known file ``path`` names (None: :func:`default_path`)."""
+    return Path(path) if path is not None else default_path()
+
+
 @dataclass(frozen=True)
 class Entry:
     """One best known value; ``plan_file`` is relative to the JSON file's folder."""
@@ -107,7 +112,7 @@ class BestKnown:
     """The entries of one best-known file (missing file: no entries)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = Path(path) if path is not None else default_path()
+        self.path = _file(path)
         self.entries: dict[tuple[str, str, str], Entry] = {}
         if self.path.exists() and not self.path.is_file():  # a FIFO would block the read
             raise BestKnownError(f"{str(self.path)!r}: not a regular file; expected a best-known "
@@ -211,7 +216,7 @@ def update(candidates: Iterable[Candidate], path: str | os.PathLike[str] | None 
     """
     if load_problem is None:
         from ..registry import get_problem as load_problem
-    with sidecar_lock(Path(path) if path is not None else default_path()):
+    with sidecar_lock(_file(path)):
         return _update(candidates, path, load_problem)
 
 
@@ -352,7 +357,7 @@ def record_bound(key: tuple[str, str, str], bound: float, bound_by: str,
                  path: str | os.PathLike[str] | None = None) -> Entry:
     """Store a proven ``bound`` for an entry (kept only when above the one in place); the
     read, the change and the write under the file's lock, as :func:`update`'s."""
-    with sidecar_lock(Path(path) if path is not None else default_path()):
+    with sidecar_lock(_file(path)):
         return _record_bound(key, bound, bound_by, path)
 
 

@@ -254,7 +254,7 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
                    [(max(x) - m) * 1e3 for m, x in zip(meas, per_launch)]]
             allv = list(ys)
             for k in models:  # one marker and colour per model on every panel
-                marker, colour = _STYLE.get(k, ("x", "C3"))
+                marker, colour = _STYLE[k]
                 xs = [x * 1e3 for x in preds[k]]
                 allv += xs
                 ax.errorbar(xs, ys, yerr=err, fmt=marker, color=colour, capsize=2, label=k,
