@@ -197,7 +197,8 @@ class _Round:
     start_time = 0.0
 
 
-def _drive(round_T: list[float], polish_gain: float | list[float], ga_rounds: int | None
+def _drive(round_T: list[float], polish_gain: float | list[float], ga_rounds: int | None,
+           polish_own: bool = False, agree: float | None = None
            ) -> tuple[SettlingRestarts, list[float]]:
     """Run the rule on rounds of given own bests and a polish that lowers T by a factor (one
     for every call, or the k-th of a list on the k-th call)."""
@@ -211,7 +212,7 @@ def _drive(round_T: list[float], polish_gain: float | list[float], ga_rounds: in
     e = SettlingRestarts(lambda b, ss: _Round(round_T[len(e.engines)]),
                          Budget(evaluations=10**6), 0, round_evaluations=10, max_rounds=8,
                          min_rounds=3, patience=2, tolerance=1e-3, polish=polish,
-                         ga_rounds=ga_rounds)
+                         ga_rounds=ga_rounds, polish_own=polish_own, agree=agree)
     e.setup(lambda g: np.zeros(len(g)))
     while not e.finished:
         g = e.ask()
@@ -245,3 +246,68 @@ def test_a_stalled_polish_gives_the_search_its_turn_again():
     assert len(e.engines) == 5 and len(e.round_best) == 7 and e.best_time == 8.5
     assert e.round_best == pytest.approx([10.0, 10.0, 9.0, 9.0, 8.5, 8.5, 8.5])
     assert polished == pytest.approx([10.0, 10.0, 10.0, 9.0, 8.5, 8.5, 8.5])
+
+
+def test_polish_own_starts_a_search_rounds_polish_from_that_rounds_own_best():
+    # round 1's own best (11.0) is worse than round 0's polished plan (9.0); polished from
+    # itself it ends at 8.8 and becomes the best plan, so round 1 paid and round 2 searches
+    gains = [0.9, 0.8] + [1.0] * 6
+    e, polished = _drive([10.0, 11.0, 12.0] + [20.0] * 5, gains, ga_rounds=2, polish_own=True)
+    assert polished[:3] == pytest.approx([10.0, 11.0, 12.0])
+    assert e.round_best[:2] == pytest.approx([9.0, 8.8])
+    # round 2's own polish did not beat the best plan: the rest of its allowance polishes
+    # the best plan so far
+    assert polished[3] == pytest.approx(8.8)
+    assert len(e.engines) >= 3
+    # without it every polish starts from the best plan so far, and round 1 did not pay:
+    # round 2 is the polish alone
+    e, polished = _drive([10.0, 11.0, 12.0] + [20.0] * 5, gains, ga_rounds=2)
+    assert polished[:3] == pytest.approx([10.0, 9.0, 7.2])
+    # the rounds of the polish alone start from the best plan so far either way
+    e, polished = _drive([10.0, 11.0] + [20.0] * 6, [0.9, 1.0, 0.5] + [1.0] * 5, ga_rounds=2,
+                         polish_own=True)
+    assert polished[:3] == pytest.approx([10.0, 11.0, 9.0])
+
+
+def test_the_reach_and_polish_own_settings_reach_the_default_budget(monkeypatch):
+    """TiDGAP's ``reach`` (default 1) is the pair descent's reach inside the default budget's
+    iterated descent; ``polish_own`` (default true) reaches the rounds."""
+    seen: list[int] = []
+    real = tidgap.iterated_descent
+
+    def spy(*args, **kw):  # type: ignore[no-untyped-def]
+        seen.append(args[7] if len(args) > 7 else kw["reach"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tidgap, "iterated_descent", spy)
+    monkeypatch.setattr(tidgap, "SETTLE", QUICK)
+    tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
+    tidgap.TiDGAP(reach=3).plan(SMALL, mode="stash", seed=0)
+    assert seen and set(seen) == {1, 3}
+    owns: list[bool] = []
+    real_init = tidgap.SettlingRestarts.__init__
+
+    def init(self, *args, **kw):  # type: ignore[no-untyped-def]
+        owns.append(kw["polish_own"])
+        real_init(self, *args, **kw)
+
+    monkeypatch.setattr(tidgap.SettlingRestarts, "__init__", init)
+    tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
+    tidgap.TiDGAP(polish_own=False).plan(SMALL, mode="stash", seed=0)
+    assert owns == [True, False]
+    with pytest.raises(PlannerError, match="reach"):
+        tidgap.TiDGAP(reach=0)
+
+
+def test_the_run_goes_on_while_a_fresh_round_ends_far_from_the_best():
+    # round 0 ends at 10.0; every later search round, polished, at 11.0 (10 % above): with
+    # agree=1 % the rule, which would stop after round 3 (patience 2), runs to max_rounds,
+    # alternating the polish alone and fresh rounds
+    e, _ = _drive([10.0] + [11.0] * 7, 1.0, ga_rounds=2, polish_own=True)
+    assert len(e.round_best) == 3
+    e, _ = _drive([10.0] + [11.0] * 7, 1.0, ga_rounds=2, polish_own=True, agree=0.01)
+    assert len(e.round_best) == 8 and len(e.engines) > 2
+    assert e.search_polished == 11.0
+    # fresh rounds that end within 1 % of the best agree: the rule stops as without agree
+    e, _ = _drive([10.0] + [10.05] * 7, 1.0, ga_rounds=2, polish_own=True, agree=0.01)
+    assert len(e.round_best) == 3

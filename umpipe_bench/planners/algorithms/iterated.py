@@ -39,7 +39,7 @@ import numpy as np
 
 from ..evaluation.encoding import edp_row
 from ..evaluation.objective import Genomes
-from .pair_descent import PairMoves, walk_from, walk_genome
+from .pair_descent import REACH, PairMoves, walk_from, walk_genome
 
 __all__ = ["ACCEPT", "CAP_KICK", "CAP_KICK_RATE", "STALL", "WINDOW", "IteratedResult",
            "iterated_descent"]
@@ -126,17 +126,19 @@ def _kick(rng: np.random.Generator, f: np.ndarray, b: np.ndarray, k: np.ndarray 
 
 def iterated_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, time: float,
                      mode: str, max_evaluations: int, rng: np.random.Generator,
-                     cap_limits: np.ndarray | None = None) -> IteratedResult:
+                     cap_limits: np.ndarray | None = None, reach: int = REACH
+                     ) -> IteratedResult:
     """Iterated descent from ``genome`` (a batch of one, T ``time``; module docstring).
 
     ``evaluate`` is the caller's counted objective; at most ``max_evaluations`` evaluations
     are made (a batch that would pass it is not run: the walk ends there). ``cap_limits``
-    ``[S]`` bounds the caps (stash memory)."""
+    ``[S]`` bounds the caps (stash memory); ``reach``: the pair descent's (its
+    :class:`.pair_descent.PairMoves`)."""
     S, L = genome.fwd.shape[1:]
     if L == 0 or max_evaluations <= 0:
         return IteratedResult(genome, float(time), 0, 0)
     recompute = mode == "recompute"
-    moves = PairMoves(S, L + 1, mode, cap_limits)
+    moves = PairMoves(S, L + 1, mode, cap_limits, reach)
     w = walk_from(evaluate, genome, time, mode, max_evaluations)
     used, kicks, last = 0, 0, 0
     _, ok = moves.descend(w, range(S))

@@ -156,11 +156,17 @@ SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=
             "runs, the best wins; auto: as many as give each round max(1000000, 64*S*(B-1)) "
             "evaluations, at most 8", low=1, auto=True),
     Setting("round_descent", bool, True, "default budget (no --budget): after each restart "
-            "round, the best plan so far improved by the iterated descent (the pair descent "
-            "over pairs of cut bits and caps, then kicks to a few neighbouring stages, each "
-            "followed by it)"),
+            "round, its best plan (after a round of the descent alone: the best plan so far) "
+            "improved by the iterated descent (the pair descent over pairs of cut bits and "
+            "caps, then kicks to a few neighbouring stages, each followed by it)"),
     Setting("kicks", bool, True, "with round_descent: the kicks after the pair descent "
             "(false: the pair descent alone, of each round's own best)"),
+    Setting("polish_own", bool, True, "with round_descent and kicks: a GA round's best plan "
+            "is polished, not the best plan so far (a round of the descent alone polishes "
+            "the best plan so far either way)"),
+    Setting("reach", int, 1, "with round_descent: the pair descent flips two cut bits of a "
+            "stage together when at most this far apart (1: a boundary moved by one sample)",
+            low=1),
     Setting("descent", bool, True, "add the stage descent from the best seed plan to the seed "
             "plans (at most 10 % of an evaluation budget)"),
     Setting("backend", str, "auto", "evaluator of the GPipe schedule (the schedule family "
@@ -246,15 +252,16 @@ class TiDGAP(SearchPlanner):
         limits = memory_cap_limits(problem, mode) if family else None
         room = int(rule.polish_share * per)
         fn = None
-        sweep = pair_sweep_cost(problem.S, problem.B, mode, family)
+        reach = int(settings.get("reach", 1))
+        sweep = pair_sweep_cost(problem.S, problem.B, mode, family, reach)
         kicks = bool(settings.get("kicks", True))
         if settings.get("round_descent", True) and room >= sweep:
             def fn(evaluate: Any, genome: Genomes, T: float, allowance: int,
                    rng: np.random.Generator) -> tuple[Genomes, float, int]:
                 if not kicks:
-                    d = pair_descent(evaluate, genome, T, mode, allowance, limits)
+                    d = pair_descent(evaluate, genome, T, mode, allowance, limits, reach)
                     return d.genome, d.time, d.evaluations
-                p = iterated_descent(evaluate, genome, T, mode, allowance, rng, limits)
+                p = iterated_descent(evaluate, genome, T, mode, allowance, rng, limits, reach)
                 return p.genome, p.time, p.evaluations
         return SettlingRestarts(
             lambda b, ss: self._engine(problem, mode, settings, b, ss, objective), budget, seed,
@@ -262,7 +269,8 @@ class TiDGAP(SearchPlanner):
             patience=rule.patience, tolerance=rule.tolerance, polish=fn,
             polish_best=kicks,
             polish_share=rule.polish_share, double_every=rule.double_every,
-            max_doublings=rule.max_doublings, ga_rounds=rule.ga_rounds)
+            max_doublings=rule.max_doublings, ga_rounds=rule.ga_rounds,
+            polish_own=bool(settings.get("polish_own", True)), agree=rule.agree)
 
     def _engine(self, problem: Problem, mode: str, settings: dict[str, Any], budget: Budget,
                 seed: int | np.random.SeedSequence | None, objective: Objective
