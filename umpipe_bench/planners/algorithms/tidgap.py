@@ -75,7 +75,7 @@ on the schedule family (`git show ddbefaf:results/perf/quality.md`):
 * **the default budget's polish** (``reach``, 1; ``polish_own``, true): without ``--budget``
   each GA round's own best plan is polished by the iterated descent (then the best plan so far,
   when that did not beat it), with the pair descent's pairs at most ``reach`` bits apart. On
-  the default problems, seeds 0-9, one core per run, 192 of 220 runs ended within 0.5 % of
+  the default problems, seeds 0-9, one core per run, 188 of 220 runs ended within 0.5 % of
   the best known against 163 with reach 8 and the best plan so far polished after every round
   (and the stop rule's patience 5, no agreement test): results/perf/plan-speed.md.
 
