@@ -86,16 +86,17 @@ class Settle:
     (the run's clock); after each round a plan is polished (the iterated descent) with at
     most ``polish_share`` times a round's evaluations: a search round's own best (TiDGAP's
     setting ``polish_own``; false: the best plan so far, as after a round of the polish
-    alone; compared in results/perf/plan-speed.md), and a search round pays when its
-    polished plan beats the best before it; with ``polish_own`` the run also goes on while
-    the last search round, polished, ended more than ``agree`` above the best plan (the
-    rounds disagree: another basin may be better) (shares 2 and 6, and 4
-    with rounds of 100,000, compared on vgg16 and sim-s16-b64-s1 seeds 0-3: `git show
-    ffb78c9`; patience 5 against 3 on the S = 4 problems, seeds 0-9: `git show f40ab5c`;
-    with fresh rounds polished on their own, patience 8 (9 rounds at least) against 5 (6)
-    on sim-s4-b16-s0 recompute and vgg16-s4 stash, seeds 100-101: the first's seed 100 left
-    a plan 0.56 % above the optimum only with 8; runs took up to 42 s;
-    the default's figures: results/perf/plan-speed.md)."""
+    alone), and a search round pays when its polished plan beats the best before it. With
+    ``polish_own`` the run also goes on while the last search round, polished, ended more
+    than ``agree`` above the best plan (the rounds disagree: another basin may be better).
+
+    Where the figures come from: shares 2 and 6, and 4 with rounds of 100,000, compared on
+    vgg16 and sim-s16-b64-s1 seeds 0-3 (`git show ffb78c9`); patience 5 against 3 on the
+    S = 4 problems, seeds 0-9 (`git show f40ab5c`); patience 8 (9 rounds at least) against
+    5 (6), with fresh rounds polished on their own, in a one-off comparison not kept in
+    results/ (sim-s4-b16-s0 recompute and vgg16-s4 stash, seeds 100-101: the first's seed
+    100 left a plan 0.56 % above the optimum only with 8; runs took up to 42 s); the
+    default's figures: results/perf/plan-speed.md."""
 
     round_floor: int = 250_000
     round_per_bit: int = 16

@@ -82,7 +82,6 @@ class SettlingRestarts(RestartEngine):
         self.polish_own, self.agree = polish_own, agree
         #: The last search round's polished plan's T (with ``polish_own``): what ``agree`` reads.
         self.search_polished = float("inf")
-        self._last_polish_used = 0
         self._round_prior = float("inf")  # the best T when the running search round began
         self._search_paid = True  # the last search round's own best beat the best before it
         self._polish_paid = True  # the last round of the polish alone improved the best
@@ -144,28 +143,26 @@ class SettlingRestarts(RestartEngine):
             if self.budget.evaluations is not None:
                 room = min(room, self.budget.evaluations - self.used)
             rng = np.random.default_rng(self.polish_streams[r])
-            T = self._polish(genome, T, room, rng)
-            if own and self.polish_best and T > self.best_time:
-                left = room - self._last_polish_used
-                if left > 0:
-                    self._polish(*self.best(), left, rng)
+            T, used = self._polish(genome, T, room, rng)
+            if own and self.polish_best and T > self.best_time and room > used:
+                self._polish(*self.best(), room - used, rng)
         if searched and own:
             self.search_polished = T
         self.round_best.append(self.best_time)
 
     def _polish(self, genome: Genomes, T: float, room: int, rng: np.random.Generator
-                ) -> float:
-        """One call of the polish: note its plan when faster; its T (or ``T``)."""
+                ) -> tuple[float, int]:
+        """One call of the polish: note its plan when faster; (its T or ``T``, the
+        evaluations it spent)."""
         assert self._evaluate is not None and self.polish_fn is not None
         clock = current_clock()
         phase, clock.phase = clock.phase, "the iterated descent"
         g, t, used = self.polish_fn(self._evaluate, genome, T, room, rng)
         clock.phase = phase  # not on a signal or the deadline: the stop note names it
         self.polish_used += used
-        self._last_polish_used = used
         if t < T:
             self.polished.append((g, t))
-        return min(T, t)
+        return min(T, t), used
 
     def tell(self, genomes: Genomes, times: np.ndarray) -> None:
         self.current.tell(genomes, times)
