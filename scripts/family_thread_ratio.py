@@ -5,7 +5,7 @@ of one :class:`umpipe_bench.planners.evaluation.family.FamilyEvaluator` call on 
 threads (interleaved rounds, same load), the call's work ``N*S*B`` and the threads ``auto`` uses for
 it (:mod:`umpipe_bench.planners.search.threads`). Run on a quiet machine:
 
-    python scripts/family_thread_ratio.py [--rounds 7]
+    python scripts/family_thread_ratio.py [--rounds 7] [--problems P ...] [--sizes N ...]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from umpipe_bench.planners.evaluation.encoding import random_bits
 from umpipe_bench.planners.evaluation.family import FamilyEvaluator
 from umpipe_bench.planners.search.caps import random_caps
-from umpipe_bench.planners.search.threads import AUTO_WORK, apply_threads
+from umpipe_bench.planners.search.threads import FAMILY_AUTO_WORK, apply_threads
 from umpipe_bench.registry import get_problem
 
 
@@ -36,7 +36,7 @@ def ratio(problem_name: str, n: int, rounds: int) -> tuple[float, int, int]:
     two.MIN_ROWS_PER_THREAD = 1
     assert np.array_equal(one(f, b, k), two(f, b, k))
     auto = FamilyEvaluator(p, "recompute")
-    apply_threads(auto, "auto", p.S, p.B)
+    apply_threads(auto, "auto", p.S, p.B, FAMILY_AUTO_WORK)
     used = min(auto.threads, n // auto.MIN_ROWS_PER_THREAD) or 1
     reps = max(1, int(2e6 // (n * p.S * p.B)))
     samples: dict[int, list[float]] = {1: [], 2: []}
@@ -54,12 +54,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--problems", nargs="+", default=["gpt1-14", "vgg16", "sim-s32-b256-s0"])
+    ap.add_argument("--sizes", nargs="+", type=int, default=[64, 256, 1024],
+                    help="population sizes N (default: 64 256 1024)")
     args = ap.parse_args()
-    print(f"AUTO_WORK = {AUTO_WORK}\n")
+    print(f"FAMILY_AUTO_WORK = {FAMILY_AUTO_WORK}\n")
     print("| problem | N | N*S*B | 1-thread time / 2-thread time | auto threads | load |")
     print("|---|---|---|---|---|---|")
     for name in args.problems:
-        for n in (64, 256, 1024):
+        for n in args.sizes:
             r, work, used = ratio(name, n, args.rounds)
             print(f"| {name} | {n} | {work} | {r:.2f}x | {used} | {os.getloadavg()[0]:.1f} |",
                   flush=True)

@@ -218,3 +218,41 @@ def test_a_column_kick_leaves_a_local_optimum_for_the_proven_optimum():
         if res.time == pytest.approx(entry.value, rel=1e-12):
             break
     assert min(found) == pytest.approx(entry.value, rel=1e-12), found
+
+
+def test_column_moves_change_every_stage_at_once():
+    """Each row of :func:`column_moves` is the base partition with one move applied to
+    every stage: a first (last) microbatch of c samples, a cut bit set or cleared, a
+    boundary moved by one sample (stages without that boundary unchanged)."""
+    from umpipe_bench.planners.algorithms.pair_descent import PairMoves, column_moves
+
+    S, B = 4, 10
+    L = B - 1
+    rng = np.random.default_rng(3)
+    X0 = rng.integers(0, 2, (S, L), dtype=np.uint8)
+    X = np.repeat(X0[None], PairMoves(S, B, "stash", columns=True).column_count(), axis=0)
+    column_moves(X)
+    r = 0
+    for c in range(1, B // 2 + 1):
+        assert {_sizes(X[r, t])[0] for t in range(S)} == {c}
+        assert {_sizes(X[r + 1, t])[-1] for t in range(S)} == {c}
+        # only the first (last) c samples' bits change
+        assert (X[r, :, c:] == X0[:, c:]).all() and (X[r + 1, :, :L - c] == X0[:, :L - c]).all()
+        r += 2
+    for i in range(L):
+        assert (X[r, :, i] == 1).all() and (X[r + 1, :, i] == 0).all()
+        assert (np.delete(X[r], i, axis=1) == np.delete(X0, i, axis=1)).all()
+        r += 2
+    for i in range(L - 1):
+        for row, (a, b) in ((X[r], (i, i + 1)), (X[r + 1], (i + 1, i))):
+            for t in range(S):
+                if X0[t, a] == 1 and X0[t, b] == 0:
+                    expect = X0[t].copy()
+                    expect[a], expect[b] = 0, 1
+                    assert (row[t] == expect).all()
+                    assert sum(_sizes(row[t])) == B and len(_sizes(row[t])) == len(_sizes(X0[t]))
+                else:
+                    assert (row[t] == X0[t]).all()
+        r += 2
+    assert r == len(X)
+

@@ -11,7 +11,8 @@ from umpipe_bench.planners.evaluation.evaluator import run_row_blocks
 from umpipe_bench.planners.evaluation.family import FamilyEvaluator
 from umpipe_bench.planners.search.base import PlannerError
 from umpipe_bench.planners.search.caps import random_caps
-from umpipe_bench.planners.search.threads import AUTO_WORK, apply_threads, parse_threads
+from umpipe_bench.planners.search.threads import (AUTO_WORK, FAMILY_AUTO_WORK, apply_threads,
+                                                  parse_threads)
 from umpipe_bench.synthetic import synthetic_problem
 
 PROBLEM = synthetic_problem(4, 12, 3)
@@ -80,6 +81,21 @@ def test_auto_splits_a_call_exactly_from_the_work_threshold(monkeypatch):
         assert len(blocks) == (2 if n * S * B >= AUTO_WORK else 1)
     apply_threads(ev, 3, S, B)
     assert ev.threads == 3
+
+
+@pytest.mark.parametrize("schedule, work", [("capped", FAMILY_AUTO_WORK), ("gpipe", AUTO_WORK)])
+def test_tidgap_auto_splits_each_evaluator_from_its_own_threshold(monkeypatch, schedule, work):
+    """TiDGAP's objective: the schedule family's evaluator splits a call from
+    FAMILY_AUTO_WORK on (its plans cost more each), the GPipe evaluator from AUTO_WORK."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    p = synthetic_problem(8, 64, 0)
+    planner = TiDGAP(schedule=schedule, backend="numba")
+    settings = planner.check_settings(dict(planner.config))
+    ev = planner.make_objective(p, "stash", settings).evaluator
+    assert ev.threads == 2
+    split = [n for n in range(1, 400)
+             if min(ev.threads, n // ev.MIN_ROWS_PER_THREAD) > 1]
+    assert split[0] == -(-work // (p.S * p.B))
 
 
 def test_auto_uses_one_thread_on_one_core(monkeypatch):

@@ -126,8 +126,8 @@ def _kick(rng: np.random.Generator, f: np.ndarray, b: np.ndarray, k: np.ndarray 
 
 def iterated_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, time: float,
                      mode: str, max_evaluations: int, rng: np.random.Generator,
-                     cap_limits: np.ndarray | None = None, reach: int = REACH
-                     ) -> IteratedResult:
+                     cap_limits: np.ndarray | None = None, reach: int = REACH,
+                     columns: bool = False) -> IteratedResult:
     """Iterated descent from ``genome`` (a batch of one, T ``time``; module docstring).
 
     ``evaluate`` is the caller's counted objective; at most ``max_evaluations`` evaluations
@@ -138,7 +138,7 @@ def iterated_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes,
     if L == 0 or max_evaluations <= 0:
         return IteratedResult(genome, float(time), 0, 0)
     recompute = mode == "recompute"
-    moves = PairMoves(S, L + 1, mode, cap_limits, reach)
+    moves = PairMoves(S, L + 1, mode, cap_limits, reach, columns)
     w = walk_from(evaluate, genome, time, mode, max_evaluations)
     used, kicks, last = 0, 0, 0
     _, ok = moves.descend(w, range(S))

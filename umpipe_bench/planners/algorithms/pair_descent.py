@@ -71,9 +71,9 @@ class PairMoves:
     built once: :meth:`sweep` tries them on some stages of a :class:`.descent.Walk`."""
 
     def __init__(self, S: int, B: int, mode: str, cap_limits: np.ndarray | None = None,
-                 reach: int = REACH) -> None:
+                 reach: int = REACH, columns: bool = False) -> None:
         L = B - 1
-        self.S, self.B = S, B
+        self.S, self.B, self.columns = S, B, columns
         self.parts = ("f", "b") if mode == "recompute" else ("f",)
         self.cap_limits = cap_limits
         pi, pj = _pairs(L, reach)
@@ -89,6 +89,13 @@ class PairMoves:
         """Every move on ``stages`` (and their next stage), in order; False when a batch
         would pass the walk's allowance or deadline (the sweep stops there)."""
         flips, ni, nj, S, B = self.flips, self.ni, self.nj, self.S, self.B
+        if self.columns and S > 1 and len(stages) == S:
+            for parts in ((("f",), ("b",), ("f", "b")) if len(self.parts) > 1 else (("f",),)):
+                F, Bb, K = w.copies(self.column_count())
+                for part in parts:
+                    column_moves(F if part == "f" else Bb)
+                if w.trial(F, Bb, K) is None:
+                    return False
         for s in stages:
             for part in self.parts:
                 F, Bb, K = w.copies(len(flips))
@@ -127,6 +134,11 @@ class PairMoves:
                         return False
         return True
 
+    def column_count(self) -> int:
+        """The column moves of one partition (:func:`column_moves`)."""
+        L = self.B - 1
+        return 2 * (self.B // 2) + 2 * L + 2 * max(0, L - 1)
+
     def descend(self, w: Walk, stages: range) -> tuple[int, bool]:
         """Sweeps over ``stages`` until one gains less than :data:`MIN_GAIN`: (sweeps,
         whether the allowance held)."""
@@ -138,6 +150,34 @@ class PairMoves:
             sweeps += 1
             if not w.best < start * (1.0 - MIN_GAIN):
                 return sweeps, True
+
+
+def column_moves(X: np.ndarray) -> None:
+    """Rewrite ``X`` ``[N, S, L]`` (copies of one partition of every stage) in place, row by
+    row, with the moves that change every stage at once: every stage's first microbatch of
+    ``c`` samples (``c = 1..B//2``), every stage's last of ``c``; cut bit ``i`` set in every
+    stage, cleared in every stage; every stage's boundary at ``i`` moved to ``i + 1`` (stages
+    with none there unchanged), and from ``i + 1`` to ``i``."""
+    N, S, L = X.shape
+    B = L + 1
+    r = 0
+    for c in range(1, B // 2 + 1):
+        X[r, :, :c - 1] = 0
+        X[r, :, c - 1] = 1
+        X[r + 1, :, L - c + 1:] = 0
+        X[r + 1, :, L - c] = 1
+        r += 2
+    for i in range(L):
+        X[r, :, i] = 1
+        X[r + 1, :, i] = 0
+        r += 2
+    for i in range(L - 1):
+        for row, (a, b) in ((r, (i, i + 1)), (r + 1, (i + 1, i))):
+            at = (X[row, :, a] == 1) & (X[row, :, b] == 0)
+            X[row, at, a] = 0
+            X[row, at, b] = 1
+        r += 2
+    assert r == N
 
 
 def walk_from(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, time: float,
@@ -159,7 +199,7 @@ def walk_genome(w: Walk) -> Genomes:
 
 def pair_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, time: float,
            mode: str, max_evaluations: int, cap_limits: np.ndarray | None = None,
-           reach: int = REACH) -> PairResult:
+           reach: int = REACH, columns: bool = False) -> PairResult:
     """Steepest descent from ``genome`` (a batch of one, T ``time``; module docstring).
 
     ``evaluate`` is the caller's counted objective; at most ``max_evaluations`` evaluations
@@ -169,5 +209,5 @@ def pair_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, tim
     if L == 0:
         return PairResult(genome, float(time), 0, 0)
     w = walk_from(evaluate, genome, time, mode, max_evaluations)
-    sweeps, _ = PairMoves(S, L + 1, mode, cap_limits, reach).descend(w, range(S))
+    sweeps, _ = PairMoves(S, L + 1, mode, cap_limits, reach, columns).descend(w, range(S))
     return PairResult(walk_genome(w), w.best, w.used, sweeps)

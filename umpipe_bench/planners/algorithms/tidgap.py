@@ -78,6 +78,9 @@ on the schedule family (`git show ddbefaf:results/perf/quality.md`):
   the default problems, seeds 0-9, one core per run, 188 of 220 runs ended within 0.5 % of
   the best known against 163 with reach 8 and the best plan so far polished after every round
   (and the stop rule's patience 5, no agreement test): results/perf/plan-speed.md.
+  With ``columns`` (true) every full sweep of the pair descent also tries the moves that
+  change every stage at once (:func:`.pair_descent.column_moves`): on sim-s8-b64-s0 and
+  sim-s16-b64-s1, both modes, seeds 100-105, the final plan was faster in 18 of 24 runs.
 
 Randomness comes from one ``numpy.random.Generator(seed)`` (restart rounds and islands: one
 stream each, spawned from the seed): same seed, same result (for evaluation and generation
@@ -106,7 +109,7 @@ from ..search.loop import SearchAlgorithm, SearchPlanner
 from ..search.restarts import RestartEngine
 from ..search.settings import Setting
 from ..search.settle import SettlingRestarts
-from ..search.threads import apply_threads
+from ..search.threads import AUTO_WORK, FAMILY_AUTO_WORK, apply_threads
 from ._tidgap_engine import TiDGAPEngine
 from ._tidgap_islands import IslandEngine
 from ._tidgap_settings import (
@@ -174,13 +177,17 @@ SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=
     Setting("reach", int, 1, "with round_descent: the pair descent flips two cut bits of a "
             "stage together when at most this far apart (1: a boundary moved by one sample)",
             low=1),
+    Setting("columns", bool, True, "with round_descent: every full sweep of the pair descent "
+            "also tries the moves that change every stage at once (the same first or last "
+            "microbatch size, a cut bit set or cleared, a boundary moved by one sample)"),
     Setting("descent", bool, True, "add the stage descent from the best seed plan to the seed "
             "plans (at most 10 % of an evaluation budget)"),
     Setting("backend", str, "auto", "evaluator of the GPipe schedule (the schedule family "
             "needs auto or numba)", choices=BACKENDS),
     Setting("device", str, "", "torch backend: the device, e.g. cuda"),
     Setting("threads", int, "auto", "numba backend: the population split over this many "
-            "threads; auto: 2 for a call whose work N*S*B is at least 100000, else 1",
+            "threads; auto: 2 for a call whose work N*S*B is at least 100000 (the schedule "
+            "family: 16000), else 1",
             low=1, auto=True),
 ).plus(*SCHEDULE_SETTINGS.rows.values())
 
@@ -222,7 +229,8 @@ class TiDGAP(SearchPlanner):
             objective = CutBitsObjective(problem, mode, str(settings["backend"]),
                                          settings["device"] or None)
         if objective.backend == "numba":
-            apply_threads(objective.evaluator, settings["threads"], problem.S, problem.B)
+            apply_threads(objective.evaluator, settings["threads"], problem.S, problem.B,
+                          FAMILY_AUTO_WORK if settings["schedule"] == "capped" else AUTO_WORK)
         return objective
 
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],
@@ -262,13 +270,16 @@ class TiDGAP(SearchPlanner):
         reach = int(settings.get("reach", 1))
         sweep = pair_sweep_cost(problem.S, problem.B, mode, family, reach)
         kicks = bool(settings.get("kicks", True))
+        columns = bool(settings.get("columns", True))
         if settings.get("round_descent", True) and room >= sweep:
             def fn(evaluate: Any, genome: Genomes, T: float, allowance: int,
                    rng: np.random.Generator) -> tuple[Genomes, float, int]:
                 if not kicks:
-                    d = pair_descent(evaluate, genome, T, mode, allowance, limits, reach)
+                    d = pair_descent(evaluate, genome, T, mode, allowance, limits, reach,
+                                     columns)
                     return d.genome, d.time, d.evaluations
-                p = iterated_descent(evaluate, genome, T, mode, allowance, rng, limits, reach)
+                p = iterated_descent(evaluate, genome, T, mode, allowance, rng, limits, reach,
+                                     columns)
                 return p.genome, p.time, p.evaluations
         return SettlingRestarts(
             lambda b, ss: self._engine(problem, mode, settings, b, ss, objective), budget, seed,
