@@ -75,9 +75,10 @@ on the schedule family (`git show ddbefaf:results/perf/quality.md`):
 * **the default budget's polish** (``reach``, 1; ``polish_own``, true): without ``--budget``
   each GA round's own best plan is polished by the iterated descent (then the best plan so far,
   when that did not beat it), with the pair descent's pairs at most ``reach`` bits apart. On
-  the default problems, seeds 0-9, one core per run, 188 of 220 runs ended within 0.5 % of
-  the best known against 163 with reach 8 and the best plan so far polished after every round
-  (and the stop rule's patience 5, no agreement test): results/perf/plan-speed.md.
+  the default problems, seeds 0-9, one core per run, 178 of 220 runs ended within 0.5 % of
+  the best known against 157 with reach 8 and the best plan so far polished after every round
+  (and the stop rule's patience 5, no agreement test): the rules of ed5dd18 and 0061ba2 in
+  results/perf/plan-speed.md.
   With ``columns`` (true) every full sweep of the pair descent also tries the moves that
   change every stage at once (:func:`.pair_descent.column_moves`): on sim-s8-b64-s0 and
   sim-s16-b64-s1, both modes, seeds 100-105, the final plan was faster in 18 of 24 runs.
