@@ -36,7 +36,7 @@ def ratio(problem_name: str, n: int, rounds: int) -> tuple[float, int, int]:
     two.MIN_ROWS_PER_THREAD = 1
     assert np.array_equal(one(f, b, k), two(f, b, k))
     auto = FamilyEvaluator(p, "recompute")
-    apply_threads(auto, "auto", p.S, p.B, FAMILY_AUTO_WORK)
+    apply_threads(auto, "auto", p.S, p.B)
     used = min(auto.threads, n // auto.MIN_ROWS_PER_THREAD) or 1
     reps = max(1, int(2e6 // (n * p.S * p.B)))
     samples: dict[int, list[float]] = {1: [], 2: []}

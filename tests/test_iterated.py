@@ -256,3 +256,38 @@ def test_column_moves_change_every_stage_at_once():
         r += 2
     assert r == len(X)
 
+
+@pytest.mark.parametrize("mode, batches", [("stash", 1), ("recompute", 3)])
+def test_a_full_sweep_tries_the_column_moves_first(mode, batches):
+    """With ``columns`` a sweep over every stage starts with the column batches (one per
+    partition in stash; forward, backward and both in recompute), each the
+    :func:`column_moves` of the walk's plan; a sweep over some stages does not."""
+    from umpipe_bench.planners.algorithms.pair_descent import PairMoves, column_moves, walk_from
+
+    S, B = 3, 8
+    p = synthetic_problem(S, B, 2)
+    obj = FamilyObjective(p, mode)
+    rng = np.random.default_rng(5)
+    f = rng.integers(0, 2, (1, S, B - 1), dtype=np.uint8)
+    g = Genomes(f, f.copy() if mode == "recompute" else f, np.full((1, S), B, np.int64))
+    calls: list[Genomes] = []
+
+    def evaluate(x: Genomes) -> np.ndarray:
+        calls.append(x)
+        return obj.evaluate(x)
+
+    moves = PairMoves(S, B, mode, columns=True)
+    # a current T of 0 that nothing beats: the walk stays at g, so every batch is built on g
+    moves.sweep(walk_from(evaluate, g, 0.0, mode, 10**6), range(S))
+    n = moves.column_count()
+    for k, parts in enumerate((("f",), ("b",), ("f", "b"))[:batches]):
+        assert len(calls[k].fwd) == n
+        for part in ("f", "b")[:2 if mode == "recompute" else 1]:
+            X = np.repeat((g.fwd if part == "f" else g.bwd)[0][None], n, axis=0)
+            if part in parts:
+                column_moves(X)
+            assert np.array_equal(calls[k].fwd if part == "f" else calls[k].bwd, X)
+    assert len(calls[batches].fwd) != n
+    calls.clear()
+    moves.sweep(walk_from(evaluate, g, 0.0, mode, 10**6), range(1, S))
+    assert calls and all(len(c.fwd) != n for c in calls)

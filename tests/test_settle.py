@@ -311,3 +311,21 @@ def test_the_run_goes_on_while_a_fresh_round_ends_far_from_the_best():
     # fresh rounds that end within 1 % of the best agree: the rule stops as without agree
     e, _ = _drive([10.0] + [10.05] * 7, 1.0, ga_rounds=2, polish_own=True, agree=0.01)
     assert len(e.round_best) == 3
+
+
+def test_the_columns_setting_reaches_the_default_budget(monkeypatch):
+    """TiDGAP's ``columns`` (default true) is the iterated descent's ``columns``."""
+    seen: list[bool] = []
+    real = tidgap.iterated_descent
+
+    def spy(*args, **kw):  # type: ignore[no-untyped-def]
+        seen.append(args[8] if len(args) > 8 else kw["columns"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tidgap, "iterated_descent", spy)
+    monkeypatch.setattr(tidgap, "SETTLE", QUICK)
+    tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
+    assert seen and set(seen) == {True}
+    seen.clear()
+    tidgap.TiDGAP(columns=False).plan(SMALL, mode="stash", seed=0)
+    assert seen and set(seen) == {False}

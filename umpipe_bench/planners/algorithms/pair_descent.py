@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -152,6 +153,26 @@ class PairMoves:
                 return sweeps, True
 
 
+@lru_cache(maxsize=8)
+def _column_masks(L: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bits :func:`column_moves` sets and clears in its rows that do not depend on the
+    plan (first and last sizes, one bit set or cleared): ``(set, clear)``, ``[n, L]`` each."""
+    c = np.arange(1, (L + 1) // 2 + 1)
+    j = np.arange(L)
+    first_set = (j[None] == c[:, None] - 1)
+    first_clear = j[None] < c[:, None] - 1
+    last_set = j[None] == L - c[:, None]
+    last_clear = j[None] > L - c[:, None]
+    eye = np.eye(L, dtype=bool)
+    none = np.zeros((L, L), bool)
+    # rows in pairs: (first c, last c) for each c, then (bit i set, bit i cleared) for each i
+    set_ = np.stack([first_set, last_set], 1).reshape(-1, L)
+    clear = np.stack([first_clear, last_clear], 1).reshape(-1, L)
+    set_ = np.concatenate([set_, np.stack([eye, none], 1).reshape(-1, L)])
+    clear = np.concatenate([clear, np.stack([none, eye], 1).reshape(-1, L)])
+    return set_.astype(np.uint8), (~clear).astype(np.uint8)
+
+
 def column_moves(X: np.ndarray) -> None:
     """Rewrite ``X`` ``[N, S, L]`` (copies of one partition of every stage) in place, row by
     row, with the moves that change every stage at once: every stage's first microbatch of
@@ -159,25 +180,18 @@ def column_moves(X: np.ndarray) -> None:
     stage, cleared in every stage; every stage's boundary at ``i`` moved to ``i + 1`` (stages
     with none there unchanged), and from ``i + 1`` to ``i``."""
     N, S, L = X.shape
-    B = L + 1
-    r = 0
-    for c in range(1, B // 2 + 1):
-        X[r, :, :c - 1] = 0
-        X[r, :, c - 1] = 1
-        X[r + 1, :, L - c + 1:] = 0
-        X[r + 1, :, L - c] = 1
-        r += 2
-    for i in range(L):
-        X[r, :, i] = 1
-        X[r + 1, :, i] = 0
-        r += 2
-    for i in range(L - 1):
-        for row, (a, b) in ((r, (i, i + 1)), (r + 1, (i + 1, i))):
-            at = (X[row, :, a] == 1) & (X[row, :, b] == 0)
-            X[row, at, a] = 0
-            X[row, at, b] = 1
-        r += 2
-    assert r == N
+    set_, keep = _column_masks(L)
+    n = len(set_)
+    X[:n] = (X[:n] | set_[:, None]) & keep[:, None]
+    i = np.arange(L - 1)
+    rows = n + np.stack([2 * i, 2 * i + 1], 1).reshape(-1)  # (right, left) for each i
+    a = np.stack([i, i + 1], 1).reshape(-1)  # the boundary's bit before the move
+    b = np.stack([i + 1, i], 1).reshape(-1)  # ... and after
+    va, vb = X[rows, :, a], X[rows, :, b]  # [rows, S]
+    at = (va == 1) & (vb == 0)
+    X[rows, :, a] = np.where(at, 0, va)
+    X[rows, :, b] = np.where(at, 1, vb)
+    assert n + len(rows) == N
 
 
 def walk_from(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, time: float,

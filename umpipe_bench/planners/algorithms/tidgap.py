@@ -110,7 +110,7 @@ from ..search.loop import SearchAlgorithm, SearchPlanner
 from ..search.restarts import RestartEngine
 from ..search.settings import Setting
 from ..search.settle import SettlingRestarts
-from ..search.threads import AUTO_WORK, FAMILY_AUTO_WORK, apply_threads
+from ..search.threads import apply_threads
 from ._tidgap_engine import TiDGAPEngine
 from ._tidgap_islands import IslandEngine
 from ._tidgap_settings import (
@@ -230,8 +230,7 @@ class TiDGAP(SearchPlanner):
             objective = CutBitsObjective(problem, mode, str(settings["backend"]),
                                          settings["device"] or None)
         if objective.backend == "numba":
-            apply_threads(objective.evaluator, settings["threads"], problem.S, problem.B,
-                          FAMILY_AUTO_WORK if settings["schedule"] == "capped" else AUTO_WORK)
+            apply_threads(objective.evaluator, settings["threads"], problem.S, problem.B)
         return objective
 
     def make_algorithm(self, problem: Problem, mode: str, settings: dict[str, Any],

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..evaluation.family import FamilyEvaluator
 from .settings import auto_or
 
 __all__ = ["AUTO_THREADS", "AUTO_WORK", "FAMILY_AUTO_WORK", "apply_threads", "parse_threads"]
@@ -35,12 +36,13 @@ def parse_threads(planner: str, value: Any) -> int | str:
     return auto_or(planner, "threads", value, int, lambda n: n >= 1, "an integer >= 1")
 
 
-def apply_threads(evaluator: Any, setting: int | str, S: int, B: int,
-                  work: int = AUTO_WORK) -> None:
+def apply_threads(evaluator: Any, setting: int | str, S: int, B: int) -> None:
     """Set ``evaluator.threads`` (and, for ``auto``, its ``MIN_ROWS_PER_THREAD``, so that a
-    call of ``N`` rows splits exactly when ``N*S*B >= work``)."""
+    call of ``N`` rows splits exactly when ``N*S*B`` reaches the evaluator's threshold:
+    :data:`FAMILY_AUTO_WORK` for the schedule family's, else :data:`AUTO_WORK`)."""
     if evaluator is None:
         return
+    work = FAMILY_AUTO_WORK if isinstance(evaluator, FamilyEvaluator) else AUTO_WORK
     if setting != "auto":
         evaluator.threads = int(setting)
         return
