@@ -269,18 +269,25 @@ def test_polish_own_starts_a_search_rounds_polish_from_that_rounds_own_best():
     assert polished[:3] == pytest.approx([10.0, 11.0, 9.0])
 
 
-def test_the_reach_and_polish_own_settings_reach_the_default_budget(monkeypatch):
-    """TiDGAP's ``reach`` (default 1) is the pair descent's reach inside the default budget's
-    iterated descent; ``polish_own`` (default true) reaches the rounds."""
-    seen: list[int] = []
+def _spy_descent(monkeypatch, index: int, name: str) -> list:  # type: ignore[no-untyped-def]
+    """The value of the default budget's iterated descent's argument ``name`` (position
+    ``index``) at every call, with the quick rule."""
+    seen: list = []
     real = tidgap.iterated_descent
 
     def spy(*args, **kw):  # type: ignore[no-untyped-def]
-        seen.append(args[7] if len(args) > 7 else kw["reach"])
+        seen.append(args[index] if len(args) > index else kw[name])
         return real(*args, **kw)
 
     monkeypatch.setattr(tidgap, "iterated_descent", spy)
     monkeypatch.setattr(tidgap, "SETTLE", QUICK)
+    return seen
+
+
+def test_the_reach_and_polish_own_settings_reach_the_default_budget(monkeypatch):
+    """TiDGAP's ``reach`` (default 1) is the pair descent's reach inside the default budget's
+    iterated descent; ``polish_own`` (default true) reaches the rounds."""
+    seen = _spy_descent(monkeypatch, 7, "reach")
     tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
     tidgap.TiDGAP(reach=3).plan(SMALL, mode="stash", seed=0)
     assert seen and set(seen) == {1, 3}
@@ -315,15 +322,7 @@ def test_the_run_goes_on_while_a_fresh_round_ends_far_from_the_best():
 
 def test_the_columns_setting_reaches_the_default_budget(monkeypatch):
     """TiDGAP's ``columns`` (default true) is the iterated descent's ``columns``."""
-    seen: list[bool] = []
-    real = tidgap.iterated_descent
-
-    def spy(*args, **kw):  # type: ignore[no-untyped-def]
-        seen.append(args[8] if len(args) > 8 else kw["columns"])
-        return real(*args, **kw)
-
-    monkeypatch.setattr(tidgap, "iterated_descent", spy)
-    monkeypatch.setattr(tidgap, "SETTLE", QUICK)
+    seen = _spy_descent(monkeypatch, 8, "columns")
     tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
     assert seen and set(seen) == {True}
     seen.clear()
