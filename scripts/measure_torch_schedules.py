@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds a rank waits on its peer before the run fails")
     ap.add_argument("--deadline", type=float, default=3600.0, help="seconds for the whole run")
+    ap.add_argument("--malloc", choices=("steady", "glibc"), default=None,
+                    help="the processes' C allocator settings (default: $UMPIPE_MALLOC, else "
+                         "steady; docs/EXECUTE.md \"Allocator\")")
     ap.add_argument("--out", default="results/real/torch-schedules.json",
                     help="JSON: raw per-iteration times and the summary")
     ap.add_argument("--report", default="results/real/torch-schedules.md",
@@ -288,7 +291,8 @@ def check_grads(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="umpipe-torch-grads-") as tmp:
         run_dir = Path(args.run_dir or tmp)
         with terminate_raises():
-            launch(spec, run_dir, deadline_s=args.deadline, stage_args=["--torch-multi"])
+            launch(spec, run_dir, deadline_s=args.deadline, stage_args=["--torch-multi"],
+                   malloc=args.malloc)
         every = [*spec.entries, *spec.chunks]
         n = sum(map(len, spec.chunks[0].layers)) if spec.chunks else sum(
             spec.entries[0].partition)  # every entry covers the model (checked)
@@ -332,7 +336,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
             with terminate_raises():
                 result = launch(spec, run_dir, deadline_s=args.deadline,
                                 stage_args=["--torch-multi"],
-                                extra_env={"UMPIPE_PROGRESS": "1"})
+                                extra_env={"UMPIPE_PROGRESS": "1"}, malloc=args.malloc)
         finally:
             progress.stop.set()
     summary = summarize(result)
@@ -342,6 +346,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> int:
             "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "load_before": load_before, "load_after": _load(),
             "launch_s": round(result["launch_s"], 1),
+            "malloc": result["malloc"],
             "peak_rss_mib": result.get("peak_rss_mib", [])}
     atomic_write_text(args.out, json.dumps({"command": command, **meta, "summary": summary,
                                             "result": result}, indent=1) + "\n")

@@ -48,6 +48,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from umpipe_bench.runtime.allocator import (  # noqa: E402
+    ENV,
+    MODES,
+    record_allocator,
+    spawn_allocator,
+)
+
 _KIND = {"forward_one_chunk": "F", "backward_weight_one_chunk": "W"}
 _ATTR = {"F": "fwd", "B": "bwd", "I": "ibwd", "W": "wbwd"}
 
@@ -163,7 +170,7 @@ def _run_rank(rank: int, port: int, entries_file: str, rounds: int, out: str,
     dist.destroy_process_group()
 
 
-def _exchange_rank(rank: int, port: int, sizes: list[int], out: str) -> None:
+def _exchange_rank(rank: int, port: int, sizes: list[int], out: str, malloc: str) -> None:
     import torch
     import torch.distributed as dist
 
@@ -189,7 +196,7 @@ def _exchange_rank(rank: int, port: int, sizes: list[int], out: str) -> None:
                 times[mode].append(time.perf_counter() - t0)
         plain, msg = statistics.median(times["plain"]), statistics.median(times["msg"])
         rows.append({"bytes": nbytes, "plain_s": plain, "with_messages_s": msg,
-                     "per_exchange_s": (msg - plain) / 20})
+                     "per_exchange_s": (msg - plain) / 20, "malloc": malloc})
     if rank == 0:
         Path(out, "exchange.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
     dist.barrier()
@@ -316,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     x.add_argument("--sizes", default="4096,131072,524288,1310720,5242880",
                    help="message sizes in bytes, comma-separated")
     x.add_argument("--out", required=True)
+    for q in (r, x):
+        q.add_argument("--malloc", choices=MODES, default=None,
+                       help=f"the processes' C allocator settings (default: ${ENV}, else "
+                            "steady; docs/EXECUTE.md \"Allocator\")")
     p = sub.add_parser("report", help="in-runtime against profiled action costs, and the replay")
     p.add_argument("--entries", required=True)
     p.add_argument("--ops", required=True, help="the folder of `run`")
@@ -330,11 +341,14 @@ def main(argv: list[str] | None = None) -> int:
         if a.rounds < 1:
             ap.error("--rounds must be >= 1")
         Path(a.out).mkdir(parents=True, exist_ok=True)
-        mp.spawn(_run_rank, args=(_free_port(), a.entries, a.rounds, a.out), nprocs=2)
+        with spawn_allocator(a.malloc) as mode:
+            mp.spawn(_run_rank, args=(_free_port(), a.entries, a.rounds, a.out), nprocs=2)
+        record_allocator(a.out, mode)
     elif a.cmd == "exchange":
         Path(a.out).mkdir(parents=True, exist_ok=True)
         sizes = [int(s) for s in a.sizes.split(",")]
-        mp.spawn(_exchange_rank, args=(_free_port(), sizes, a.out), nprocs=2)
+        with spawn_allocator(a.malloc) as mode:
+            mp.spawn(_exchange_rank, args=(_free_port(), sizes, a.out, mode), nprocs=2)
         for row in json.loads(Path(a.out, "exchange.json").read_text(encoding="utf-8")):
             print(f"{row['bytes']:>9} B: {row['per_exchange_s'] * 1e3:.3f} ms per exchange")
     else:

@@ -102,14 +102,20 @@ def test_interleaved_rounds_rule_is_torchs() -> None:
 
 
 @pytest.mark.runtime
-def test_every_torch_schedule_gives_the_full_batch_gradient(tmp_path: Path) -> None:
+def test_every_torch_schedule_gives_the_full_batch_gradient(tmp_path: Path,
+                                                            monkeypatch) -> None:
     torch = pytest.importorskip("torch")
+    from umpipe_bench.runtime.allocator import ENV, STEADY
     from umpipe_bench.runtime.launcher import launch, run_processes
     from umpipe_bench.runtime.reference import reference_gradients
 
+    for key in (*STEADY, ENV):
+        monkeypatch.delenv(key, raising=False)
     spec = _spec(tmp_path, dump_grads=True)
     result = launch(spec, tmp_path, deadline_s=150, stage_args=["--torch-multi"])
     assert run_processes(spec.run_id) == []
+    # the stage processes started with the steady allocator settings, and say so
+    assert result["malloc"] == "steady" and result["malloc_env"] == STEADY
     ref_loss, per_layer = reference_gradients("tiny-mlp", {"layers": LAYERS}, [1] * LAYERS, B)
     ref = {f"{i}.{name[2:]}": g for i, d in enumerate(per_layer) for name, g in d.items()}
     for k, entry in enumerate(spec.entries):

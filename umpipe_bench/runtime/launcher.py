@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .allocator import allocator_env, allocator_mode
 from .errors import RunTimeout, StageFailure
 from .lifetime import child_setup
 from .spec import RunSpec
@@ -131,12 +132,16 @@ def launch(
     extra_env: dict[str, str] | None = None,
     echo: bool = False,
     stage_args: Sequence[str] = (),
+    malloc: str | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` with ``torchrun`` on this host, one process per stage; return rank 0's result.
 
     ``spec`` is a :class:`RunSpec`, or any spec with ``run_id``, ``S`` (processes),
     ``threads``, ``out_dir`` and ``save(path)`` whose stage entry point ``stage_args`` selects
     (``["--torch-multi"]``: a :class:`~.torch_schedules.TorchMultiSpec`).
+
+    ``malloc``: the C allocator settings of the stage processes (:mod:`.allocator`: ``steady``
+    or ``glibc``; default ``UMPIPE_MALLOC``, else ``steady``), kept in the result as ``malloc``.
 
     Raises :class:`StageFailure` naming the failed stage, or :class:`RunTimeout` after
     ``deadline_s``. Either way no process of the run survives this call.
@@ -147,8 +152,10 @@ def launch(
     spec_path = run_dir / "spec.json"
     spec.save(spec_path)
     log_path = run_dir / "torchrun.log"
+    mode = allocator_mode(malloc)
     env = dict(os.environ)
     env.update(extra_env or {})
+    allocator_env(env, mode)
     env[RUN_ID_ENV] = spec.run_id
     env["OMP_NUM_THREADS"] = str(spec.threads)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -206,4 +213,5 @@ def launch(
         raise StageFailure(0, "torchrun succeeded but stage 0 wrote no result.json", str(log_path))
     result = json.loads(result_path.read_text(encoding="utf-8"))
     result["launch_s"] = time.monotonic() - started
+    result["malloc"] = mode
     return result

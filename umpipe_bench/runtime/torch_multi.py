@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..layout import device_chunks
+from .allocator import STEADY
 from .chunk_job import ChunkEntry, stream_slots
 from .chunk_worker import _EntryWiring, _layer_shapes
 from .errors import PlanRefused
@@ -239,6 +240,8 @@ def run_rank(spec: TorchMultiSpec, rank: int, world: int) -> dict[str, Any] | No
     if rank == 0:
         result = _result(spec, torch.stack(gathered), orders)
         result["peak_rss_mib"] = [round(int(x) / 1024, 1) for x in every_rss]
+        # the C allocator's variables as the processes started with them (.allocator)
+        result["malloc_env"] = {k: os.environ.get(k) for k in STEADY}
         tmp = out_dir / "result.json.tmp"
         tmp.write_text(json.dumps(result) + "\n", encoding="utf-8")
         os.replace(tmp, out_dir / "result.json")

@@ -1,0 +1,99 @@
+"""The C allocator settings of the processes a timed run starts (docs/EXECUTE.md "Allocator").
+
+glibc's ``malloc`` serves a request above its *mmap threshold* (128 KiB at start) with a fresh
+``mmap`` and returns it with ``munmap`` when freed, raises that threshold on the fly as such
+blocks are freed, and gives the top of its heap back to the system (``sbrk``) when more than a
+*trim threshold* is free there. Activations and gradients of a few MiB are allocated and freed
+every microbatch, so whether an iteration's tensors come from memory the process already holds
+or from new pages the kernel must fault in and zero depends on that history: on vgg16-mini (2 MiB
+activations) single iterations of one schedule fell near two values, about 70 and about 100 ms,
+in a proportion that changed from launch to launch.
+
+``steady`` (the default) fixes both thresholds for the child processes: every block up to
+32 MiB (glibc's largest mmap threshold on 64-bit hosts) comes from the heap, and the heap is
+never trimmed (16 GiB trim threshold), with 256 MiB of top pad so that it grows in few steps.
+After the first iterations every tensor is served from pages the process already touched.
+``glibc`` leaves glibc's defaults. ``MALLOC_*`` variables already set in the environment win
+over ``steady``. Other C libraries ignore these variables.
+
+The mode comes from the caller, else from ``UMPIPE_MALLOC`` (``steady`` or ``glibc``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Mapping, MutableMapping
+from pathlib import Path
+
+__all__ = ["ENV", "MODES", "STEADY", "allocator_env", "allocator_mode", "record_allocator",
+           "recorded_allocator", "spawn_allocator"]
+
+ENV = "UMPIPE_MALLOC"
+MODES = ("steady", "glibc")
+#: glibc's tunables as environment variables (read once, when a process starts)
+STEADY: dict[str, str] = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(16 << 30),
+    "MALLOC_TOP_PAD_": str(256 << 20),
+}
+
+
+def allocator_mode(mode: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """``mode`` if given, else ``UMPIPE_MALLOC`` from ``environ`` (default ``os.environ``),
+    else ``steady``. ValueError naming the source for anything but ``steady`` or ``glibc``."""
+    source = "malloc"
+    if mode is None:
+        env = os.environ if environ is None else environ
+        mode, source = env.get(ENV, "steady"), ENV
+    if mode not in MODES:
+        raise ValueError(f"{source}: expected one of {', '.join(MODES)}, got {mode!r}")
+    return mode
+
+
+def allocator_env(env: MutableMapping[str, str], mode: str) -> MutableMapping[str, str]:
+    """Apply ``mode`` to a child's environment ``env`` in place (``steady``: the settings of
+    :data:`STEADY` not already set; ``glibc``: those variables removed) and return it."""
+    for key, value in STEADY.items():
+        if mode == "steady":
+            env.setdefault(key, value)
+        elif mode == "glibc":
+            env.pop(key, None)
+        else:
+            raise ValueError(f"malloc: expected one of {', '.join(MODES)}, got {mode!r}")
+    env[ENV] = mode
+    return env
+
+
+@contextlib.contextmanager
+def spawn_allocator(mode: str | None = None) -> Iterator[str]:
+    """Within the block, ``os.environ`` carries ``mode``'s settings (for children started with
+    ``torch.multiprocessing.spawn``, which copy it); restored afterwards. Yields the mode."""
+    mode = allocator_mode(mode)
+    keys = (*STEADY, ENV)
+    saved = {k: os.environ.get(k) for k in keys}
+    try:
+        allocator_env(os.environ, mode)
+        yield mode
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def record_allocator(folder: str | os.PathLike[str], mode: str) -> None:
+    """Note ``mode`` in ``folder/allocator.json`` (the measurement files written there)."""
+    Path(folder, "allocator.json").write_text(json.dumps({"malloc": mode}) + "\n",
+                                              encoding="utf-8")
+
+
+def recorded_allocator(folder: str | os.PathLike[str]) -> str:
+    """The mode :func:`record_allocator` noted in ``folder``; ``glibc`` where none is noted
+    (measurements made before the setting existed ran under glibc's defaults)."""
+    f = Path(folder, "allocator.json")
+    if not f.exists():
+        return "glibc"
+    return str(json.loads(f.read_text(encoding="utf-8"))["malloc"])
