@@ -209,6 +209,8 @@ def test_cli_writes_a_problem(tmp_path, capsys):
             "--link-bandwidth",
             "5e8",
             "--no-progress",
+            "--malloc",
+            "glibc",  # steady would set this test process's malloc for good
             "--out",
             str(out),
         ]
@@ -216,6 +218,7 @@ def test_cli_writes_a_problem(tmp_path, capsys):
     assert rc == 0
     p = Problem.load(out)
     assert p.name == "cli" and p.S == 2 and p.B == 4
+    assert p.provenance["malloc"] == "glibc"
     assert p.provenance["config"]["work"] == [1, 2, 1, 8]
     assert p.links[0].latency == 2e-4
     assert "wrote" in capsys.readouterr().out

@@ -106,6 +106,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="problem JSON file to write (required with "
                    "MODEL)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--malloc", choices=("steady", "glibc"), default=None,
+                   help="C allocator settings while profiling, as timed runs use them "
+                   "(default: $UMPIPE_MALLOC, else steady; docs/EXECUTE.md \"Allocator\")")
     p.add_argument(
         "--no-locality", action="store_true",
         help="do not measure the backward locality factors bwd_far (docs/MODEL.md §1b); "
@@ -206,28 +209,34 @@ def run(args: argparse.Namespace) -> int:
     if args.link_latency is not None:
         link = LinkFigures(args.link_latency, args.link_bandwidth)
     out = Path(args.out)
-    problem = profile_model(
-        args.model,
-        B=args.batch,
-        grouping=Grouping(layers_per_stage=lps, stages=args.stages, balance_from=args.balance_from),
-        config=config,
-        device=args.device or "cpu",
-        threads=1 if args.threads is None else args.threads,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        optimizer=args.optimizer,
-        dtype=args.dtype,
-        seed=args.seed,
-        clock=args.clock,
-        link=link,
-        link_backend=args.link_backend,
-        name=args.name or out.stem,
-        progress=not args.no_progress,
-        log=lambda msg: print(msg, file=sys.stderr),
-        co_run=args.co_run,
-        locality=not args.no_locality,
-        split_backward=args.split_backward,
-    )
+    from ..runtime.allocator import apply_in_process, spawn_allocator
+
+    malloc = apply_in_process(args.malloc)  # this process times; the co-runner inherits it
+    with spawn_allocator(malloc):
+        problem = profile_model(
+            args.model,
+            B=args.batch,
+            grouping=Grouping(layers_per_stage=lps, stages=args.stages,
+                              balance_from=args.balance_from),
+            config=config,
+            device=args.device or "cpu",
+            threads=1 if args.threads is None else args.threads,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            optimizer=args.optimizer,
+            dtype=args.dtype,
+            seed=args.seed,
+            clock=args.clock,
+            link=link,
+            link_backend=args.link_backend,
+            name=args.name or out.stem,
+            progress=not args.no_progress,
+            log=lambda msg: print(msg, file=sys.stderr),
+            co_run=args.co_run,
+            locality=not args.no_locality,
+            split_backward=args.split_backward,
+        )
+    problem.provenance["malloc"] = malloc
     with writing(out, "--out"):
         problem.save(out)
     prov = problem.provenance

@@ -17,20 +17,28 @@ After the first iterations every tensor is served from pages the process already
 over ``steady``. Other C libraries ignore these variables.
 
 The mode comes from the caller, else from ``UMPIPE_MALLOC`` (``steady`` or ``glibc``).
+Child processes get it through their environment; a process that measures in itself (the
+profiler) sets the same thresholds with glibc's ``mallopt`` (:func:`apply_in_process`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import os
+import platform
 from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
 
-__all__ = ["ENV", "MODES", "STEADY", "allocator_env", "allocator_mode", "record_allocator",
-           "recorded_allocator", "spawn_allocator"]
+__all__ = ["ENV", "MODES", "STEADY", "allocator_env", "allocator_mode", "apply_in_process",
+           "record_allocator", "recorded_allocator", "spawn_allocator"]
 
 ENV = "UMPIPE_MALLOC"
+#: glibc's mallopt parameters for the variables of STEADY
+_MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_TOP_PAD_": -2, "MALLOC_MMAP_THRESHOLD_": -3}
+_INT_MAX = 2**31 - 1
 MODES = ("steady", "glibc")
 #: glibc's tunables as environment variables (read once, when a process starts)
 STEADY: dict[str, str] = {
@@ -97,3 +105,20 @@ def recorded_allocator(folder: str | os.PathLike[str]) -> str:
     if not f.exists():
         return "glibc"
     return str(json.loads(f.read_text(encoding="utf-8"))["malloc"])
+
+
+def apply_in_process(mode: str | None = None) -> str:
+    """Give this process ``mode``'s settings from now on (``steady``: glibc's ``mallopt`` with
+    the values of :data:`STEADY`, a trim threshold above ``INT_MAX`` clamped to it, except the
+    variables this process started with; ``glibc``: nothing, the process keeps what it started
+    with). Returns the mode; other C libraries: nothing is done."""
+    mode = allocator_mode(mode)
+    if mode != "steady" or platform.libc_ver()[0] != "glibc":
+        return mode
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    for key, param in _MALLOPT.items():
+        if key in os.environ:
+            continue
+        if libc.mallopt(ctypes.c_int(param), ctypes.c_int(min(int(STEADY[key]), _INT_MAX))) != 1:
+            raise OSError(f"mallopt({param}) refused {STEADY[key]}")
+    return mode
