@@ -11,8 +11,10 @@ in a proportion that changed from launch to launch.
 
 ``steady`` (the default) fixes both thresholds for the child processes: every block up to
 32 MiB (glibc's largest mmap threshold on 64-bit hosts) comes from the heap, and the heap is
-never trimmed (16 GiB trim threshold), with 256 MiB of top pad so that it grows in few steps.
-After the first iterations every tensor is served from pages the process already touched.
+never trimmed (16 GiB trim threshold), with 256 MiB of top pad so that it grows in few steps
+(and a larger block, which glibc maps only when the heap's top cannot hold it, comes from the
+top too). After the first iterations every tensor is served from pages the process already
+touched.
 ``glibc`` leaves glibc's defaults. ``MALLOC_*`` variables already set in the environment win
 over ``steady``. Other C libraries ignore these variables.
 
