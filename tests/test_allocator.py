@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from umpipe_bench.errors import InputError
 from umpipe_bench.runtime.allocator import (
     ENV,
     STEADY,
@@ -27,9 +28,9 @@ def test_mode_comes_from_the_caller_then_the_environment() -> None:
     assert allocator_mode(None, {}) == "steady"
     assert allocator_mode(None, {ENV: "glibc"}) == "glibc"
     assert allocator_mode("steady", {ENV: "glibc"}) == "steady"
-    with pytest.raises(ValueError, match=f"^{ENV}: expected one of steady, glibc, got 'fast'$"):
+    with pytest.raises(InputError, match=f"^{ENV}: expected one of steady, glibc, got 'fast'$"):
         allocator_mode(None, {ENV: "fast"})
-    with pytest.raises(ValueError, match="^malloc: expected one of"):
+    with pytest.raises(InputError, match="^malloc: expected one of"):
         allocator_mode("jemalloc", {})
 
 
@@ -102,3 +103,17 @@ def test_steady_settings_stop_the_page_faults_of_freed_blocks() -> None:
     assert faults["glibc"] >= 40 * 3 * block, faults  # at least three blocks per iteration
     assert faults["steady"] <= block, faults
     assert faults["in-process"] <= block, faults  # mallopt from within, as the profiler does
+
+
+def test_a_bad_mode_in_the_environment_is_one_line_and_exit_2(monkeypatch, tmp_path,
+                                                             capsys) -> None:
+    from umpipe_bench.cli import main
+
+    monkeypatch.setenv(ENV, "fast")
+    out = tmp_path / "p.json"
+    rc = main(["profile", "tiny-mlp", "--batch", "4", "--repeats", "1", "--no-progress",
+               "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and not out.exists()
+    assert err == [f"umpipe-bench profile: error: {ENV}: expected one of steady, glibc, "
+                   "got 'fast'"]

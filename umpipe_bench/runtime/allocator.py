@@ -34,6 +34,8 @@ import platform
 from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
 
+from ..errors import InputError
+
 __all__ = ["ENV", "MODES", "STEADY", "allocator_env", "allocator_mode", "apply_in_process",
            "record_allocator", "recorded_allocator", "spawn_allocator"]
 
@@ -52,13 +54,13 @@ STEADY: dict[str, str] = {
 
 def allocator_mode(mode: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """``mode`` if given, else ``UMPIPE_MALLOC`` from ``environ`` (default ``os.environ``),
-    else ``steady``. ValueError naming the source for anything but ``steady`` or ``glibc``."""
+    else ``steady``. :class:`InputError` (a ValueError) naming the source for anything else."""
     source = "malloc"
     if mode is None:
         env = os.environ if environ is None else environ
         mode, source = env.get(ENV, "steady"), ENV
     if mode not in MODES:
-        raise ValueError(f"{source}: expected one of {', '.join(MODES)}, got {mode!r}")
+        raise InputError(f"{source}: expected one of {', '.join(MODES)}, got {mode!r}")
     return mode
 
 
@@ -71,7 +73,7 @@ def allocator_env(env: MutableMapping[str, str], mode: str) -> MutableMapping[st
         elif mode == "glibc":
             env.pop(key, None)
         else:
-            raise ValueError(f"malloc: expected one of {', '.join(MODES)}, got {mode!r}")
+            raise InputError(f"malloc: expected one of {', '.join(MODES)}, got {mode!r}")
     env[ENV] = mode
     return env
 
