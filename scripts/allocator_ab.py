@@ -54,8 +54,10 @@ def _run(a: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def _load(folder: Path) -> dict[str, list[dict[str, np.ndarray]]]:
+def _load(folder: Path) -> tuple[dict[str, list[dict[str, np.ndarray]]], dict | None]:
+    """Per mode, each launch's times by entry (ms); and the first glibc launch's file."""
     runs: dict[str, list[dict[str, np.ndarray]]] = {m: [] for m in MODES}
+    first = None
     for mode in MODES:
         for f in sorted(folder.glob(f"{mode}[0-9]*.json"),
                         key=lambda p: int(p.stem[len(mode):])):
@@ -63,17 +65,17 @@ def _load(folder: Path) -> dict[str, list[dict[str, np.ndarray]]]:
             if data.get("malloc") != mode:
                 raise SystemExit(f"error: {f}: recorded malloc {data.get('malloc')!r}, "
                                  f"expected {mode!r}")
+            first = first or data
             runs[mode].append({e["label"]: np.asarray(e["times"]) * 1e3
                                for e in data["result"]["entries"]})
-    return runs
+    return runs, first
 
 
 def _section(folder: Path) -> list[str]:
-    runs = _load(folder)
-    if not all(runs.values()):
+    runs, first = _load(folder)
+    if first is None or not all(runs.values()):
         raise SystemExit(f"error: {folder}: no launches of both modes")
     labels = sorted(set.intersection(*(set(r) for rs in runs.values() for r in rs)))
-    first = json.loads(next(folder.glob("glibc1.json")).read_text(encoding="utf-8"))
     made = folder / "command.txt"
     command = (made.read_text(encoding="utf-8").strip() if made.exists() else
                "(not recorded)")

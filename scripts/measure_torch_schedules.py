@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from umpipe_bench.errors import UmpipeError  # noqa: E402
 from umpipe_bench.problem import atomic_write_text  # noqa: E402
+from umpipe_bench.runtime.allocator import add_malloc_option  # noqa: E402
 from umpipe_bench.runtime.errors import PlanRefused, StageFailure  # noqa: E402
 from umpipe_bench.runtime.launcher import launch  # noqa: E402
 from umpipe_bench.runtime.lifetime import Terminated, terminate_raises  # noqa: E402
@@ -140,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds a rank waits on its peer before the run fails")
     ap.add_argument("--deadline", type=float, default=3600.0, help="seconds for the whole run")
-    ap.add_argument("--malloc", choices=("steady", "glibc"), default=None,
-                    help="the processes' C allocator settings (default: $UMPIPE_MALLOC, else "
-                         "steady; docs/EXECUTE.md \"Allocator\")")
+    add_malloc_option(ap)
     ap.add_argument("--out", default="results/real/torch-schedules.json",
                     help="JSON: raw per-iteration times and the summary")
     ap.add_argument("--report", default="results/real/torch-schedules.md",

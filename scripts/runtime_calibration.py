@@ -34,6 +34,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from umpipe_bench.errors import UmpipeError  # noqa: E402
+from umpipe_bench.runtime.allocator import (  # noqa: E402
+    UNRECORDED,
+    add_malloc_option,
+    record_allocator,
+    recorded_allocator,
+    spawn_allocator,
+)
 
 
 def _entries(problem_path: str) -> dict:
@@ -72,11 +79,9 @@ def _fit(cal_file: str, ops_dir: str, exchange: list[str], out: str) -> str:
     costs = decompose(obs, P.S)
     rows = [r for f in exchange for r in json.loads(Path(f).read_text(encoding="utf-8"))]
     a, b = message_charge(rows)
-    from umpipe_bench.runtime.allocator import recorded_allocator
-
     meta = {"entries": cal_file, "ops": ops_dir, "exchange": exchange,
             "malloc": {"actions": recorded_allocator(ops_dir),
-                       "exchange": sorted({r.get("malloc", "glibc") for r in rows})},
+                       "exchange": sorted({r.get("malloc", UNRECORDED) for r in rows})},
             "observations": len(obs),
             "how": "per size: non-negative least squares of in-runtime chunk action medians on "
                    "per-layer F, B, I, W costs (umpipe_bench.runtime.calibration)"}
@@ -145,9 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("entries")
     r.add_argument("--rounds", type=int, default=8)
     r.add_argument("--out", required=True)
-    r.add_argument("--malloc", choices=("steady", "glibc"), default=None,
-                   help="the processes' C allocator settings (default: $UMPIPE_MALLOC, else "
-                        "steady; docs/EXECUTE.md \"Allocator\")")
+    add_malloc_option(r)
     f = sub.add_parser("fit", help="decompose the timed actions into the calibrated problem")
     f.add_argument("entries")
     f.add_argument("--ops", required=True, help="the folder of `run`")
@@ -168,8 +171,6 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             import torch.multiprocessing as mp
             from torch_schedule_ops import _free_port, _run_rank
-
-            from umpipe_bench.runtime.allocator import record_allocator, spawn_allocator
 
             Path(a.out).mkdir(parents=True, exist_ok=True)
             with spawn_allocator(a.malloc) as mode:

@@ -49,8 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from umpipe_bench.runtime.allocator import (  # noqa: E402
-    ENV,
-    MODES,
+    add_malloc_option,
     record_allocator,
     spawn_allocator,
 )
@@ -323,10 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     x.add_argument("--sizes", default="4096,131072,524288,1310720,5242880",
                    help="message sizes in bytes, comma-separated")
     x.add_argument("--out", required=True)
-    for q in (r, x):
-        q.add_argument("--malloc", choices=MODES, default=None,
-                       help=f"the processes' C allocator settings (default: ${ENV}, else "
-                            "steady; docs/EXECUTE.md \"Allocator\")")
+    add_malloc_option(r)
+    add_malloc_option(x)
     p = sub.add_parser("report", help="in-runtime against profiled action costs, and the replay")
     p.add_argument("--entries", required=True)
     p.add_argument("--ops", required=True, help="the folder of `run`")

@@ -20,6 +20,8 @@ import tempfile
 from typing import Any
 
 from ..errors import UserInputError
+from ..runtime.allocator import ENV as MALLOC_ENV
+from ..runtime.allocator import add_malloc_option
 from ._numbers import MAX_JOBS, seconds, whole
 from ._paths import path_arg
 
@@ -90,9 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", type=path_arg, default=None,
                    help="working folder (default: a temporary one)")
     p.add_argument("--echo", action="store_true", help="show the workers' output live")
-    p.add_argument("--malloc", choices=("steady", "glibc"), default=None,
-                   help="the C allocator settings of the processes this command starts "
-                   "(default: $UMPIPE_MALLOC, else steady; docs/EXECUTE.md \"Allocator\")")
+    add_malloc_option(p, "the C allocator settings of the processes this command starts")
     p.add_argument("--force-plan", action="store_true",
                    help="use a plan file made for another problem (or another version of "
                    "it), with a warning; without it such a plan is refused")
@@ -170,9 +170,7 @@ def _stage_check(spec: Any, run_dir: str) -> list[tuple[str, list[str]]]:
 def run(args: argparse.Namespace) -> int:
     """Prepare (refusing what cannot run), launch or join torchrun, print the report."""
     if args.malloc is not None:  # the launcher reads it (runtime/allocator.py)
-        from ..runtime.allocator import ENV
-
-        os.environ[ENV] = args.malloc
+        os.environ[MALLOC_ENV] = args.malloc
     if args.devices is not None:
         return run_chunks(args)
     from ..files import check_append_csv

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from ..errors import UserInputError
+from ..runtime.allocator import add_malloc_option
 from ._numbers import MAX_JOBS, whole
 from ._paths import path_arg
 
@@ -106,9 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="problem JSON file to write (required with "
                    "MODEL)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--malloc", choices=("steady", "glibc"), default=None,
-                   help="C allocator settings while profiling, as timed runs use them "
-                   "(default: $UMPIPE_MALLOC, else steady; docs/EXECUTE.md \"Allocator\")")
+    add_malloc_option(p, "C allocator settings while profiling, as timed runs use them")
     p.add_argument(
         "--no-locality", action="store_true",
         help="do not measure the backward locality factors bwd_far (docs/MODEL.md §1b); "

@@ -25,6 +25,7 @@ profiler) sets the same thresholds with glibc's ``mallopt`` (:func:`apply_in_pro
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import ctypes.util
@@ -36,20 +37,32 @@ from pathlib import Path
 
 from ..errors import InputError
 
-__all__ = ["ENV", "MODES", "STEADY", "allocator_env", "allocator_mode", "apply_in_process",
-           "record_allocator", "recorded_allocator", "spawn_allocator"]
+__all__ = ["ENV", "MODES", "STEADY", "UNRECORDED", "add_malloc_option", "allocator_env",
+           "allocator_mode", "apply_in_process", "record_allocator", "recorded_allocator",
+           "spawn_allocator"]
 
 ENV = "UMPIPE_MALLOC"
 #: glibc's mallopt parameters for the variables of STEADY
 _MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_TOP_PAD_": -2, "MALLOC_MMAP_THRESHOLD_": -3}
 _INT_MAX = 2**31 - 1
 MODES = ("steady", "glibc")
+#: the mode of a measurement that records none (made before the setting existed)
+UNRECORDED = "glibc"
 #: glibc's tunables as environment variables (read once, when a process starts)
 STEADY: dict[str, str] = {
     "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
     "MALLOC_TRIM_THRESHOLD_": str(16 << 30),
     "MALLOC_TOP_PAD_": str(256 << 20),
 }
+
+
+def add_malloc_option(parser: argparse.ArgumentParser,
+                      what: str = "the processes' C allocator settings") -> None:
+    """The ``--malloc steady|glibc`` option of a command that starts (or is) a timed process;
+    ``what`` begins its help."""
+    parser.add_argument("--malloc", choices=MODES, default=None,
+                        help=f"{what} (default: ${ENV}, else steady; docs/EXECUTE.md "
+                        "\"Allocator\")")
 
 
 def allocator_mode(mode: str | None = None, environ: Mapping[str, str] | None = None) -> str:
@@ -107,7 +120,7 @@ def recorded_allocator(folder: str | os.PathLike[str]) -> str:
     (measurements made before the setting existed ran under glibc's defaults)."""
     f = Path(folder, "allocator.json")
     if not f.exists():
-        return "glibc"
+        return UNRECORDED
     return str(json.loads(f.read_text(encoding="utf-8"))["malloc"])
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..problem import atomic_write_text
 from ..registry import get_problem
+from .allocator import UNRECORDED
 from .calibration import runtime_model
 from .errors import PlanRefused
 from .stats import bootstrap_median, paired_ratios, spearman
@@ -70,7 +71,7 @@ def report(command: str, meta: dict[str, Any], summary: dict[str, Any]) -> str:
         f"Host {meta['host']}, torch {meta['torch']}, {meta['date']}; load average "
         f"{meta['load_before']} before, {meta['load_after']} after; peak memory per process "
         f"{', '.join(f'{x:.0f}' for x in meta['peak_rss_mib'])} MiB; C allocator "
-        f"{meta.get('malloc', 'glibc')} (docs/EXECUTE.md \"Allocator\").",
+        f"{meta.get('malloc', UNRECORDED)} (docs/EXECUTE.md \"Allocator\").",
         "",
         "| entry | torch class | M | partition | measured median (ms) | 95 % interval (ms) "
         "| T_pred (ms) | \\|pred-meas\\|/meas |",
@@ -224,7 +225,7 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
         for run in runs:
             lines.append(f"- `{run['command']}` ({run['date']}; load average "
                          f"{run['load_before']} before, {run['load_after']} after; C allocator "
-                         f"{run.get('malloc', 'glibc')})")
+                         f"{run.get('malloc', UNRECORDED)})")
         lines += ["", "| entry | measured (ms) | per launch (ms) | "
                   + " | ".join(f"T {k} (ms)" for k in names) + " | picked by |",
                   "|---|---:|---|" + "---:|" * len(names) + "---|"]
@@ -321,7 +322,7 @@ def gain(paths: list[str], report_path: str, command: str, intro: str | None = N
         lines.append(f"- `{run['command']}` ({run['date']}; load average {run['load_before']} "
                      f"before, {run['load_after']} after; {run['result']['rounds']} rounds "
                      f"after {run['result']['warmup']} warm-up; C allocator "
-                     f"{run.get('malloc', 'glibc')})")
+                     f"{run.get('malloc', UNRECORDED)})")
     lines += [
         "", f"Workload `{w['name']}`: model `{w['model']}`, config `{json.dumps(w['config'])}`, "
         f"B = {w['B']}; D = {D} processes (gloo), {r0['threads']} thread(s) each, "

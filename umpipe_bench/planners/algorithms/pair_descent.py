@@ -179,7 +179,7 @@ def column_moves(X: np.ndarray) -> None:
     ``c`` samples (``c = 1..B//2``), every stage's last of ``c``; cut bit ``i`` set in every
     stage, cleared in every stage; every stage's boundary at ``i`` moved to ``i + 1`` (stages
     with none there unchanged), and from ``i + 1`` to ``i``."""
-    N, S, L = X.shape
+    N, _, L = X.shape
     set_, keep = _column_masks(L)
     n = len(set_)
     X[:n] = (X[:n] | set_[:, None]) & keep[:, None]
