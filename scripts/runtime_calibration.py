@@ -12,14 +12,17 @@ Three steps, each its own command:
         --out PROBLEM-runtime.json
 
 ``entries``: the designed calibration entries of PROBLEM's layer count (GPipe on every
-two-chunk partition, ZB1P on every ``[k, 1, 1, L - k - 2]``, M = 2 and 4): none is picked by a
-prediction, and none of the schedule runs being predicted is read. ``run``: two processes
+two-chunk partition, ZB1P on every ``[k, 1, 1, L - k - 2]``, M = 2 and 4, and the class probes:
+every other schedule on balanced partitions): fixed by the layer count and batch, not by a
+prediction (a probe may be the same configuration as an entry a prediction picks, measured in
+a run of its own), and none of the schedule runs being predicted is read. ``run``: two processes
 (gloo, one thread each) run every entry round by round in a rotating order, the garbage
 collector handled as the timing runtime does, every ``PipelineStage`` action timed
 (``scripts/torch_schedule_ops.py``'s instrumentation; two warm-up rounds dropped); output
 ``DIR/ops.r{rank}.json``. ``fit``: the per-layer decomposition of those action times and the
 message charge fitted to ``EXCHANGE.json`` (``scripts/torch_schedule_ops.py exchange``;
-several files: their rows pooled), into the problem file; it prints the fit's residuals.
+several files: their rows pooled), and the class factors (each probed schedule's measured over
+simulated iteration time, over GPipe's), into the problem file; it prints the fit's residuals.
 """
 
 from __future__ import annotations
@@ -59,10 +62,13 @@ def _fit(cal_file: str, ops_dir: str, exchange: list[str], out: str) -> str:
     from umpipe_bench.runtime.calibration import (
         _row,
         calibrated_problem,
+        class_factors,
         decompose,
+        entry_walls,
         message_charge,
         observations,
     )
+    from umpipe_bench.runtime.torch_entries import simulate_rows
 
     spec = json.loads(Path(cal_file).read_text(encoding="utf-8"))
     P = get_problem(spec["workload"])
@@ -86,9 +92,20 @@ def _fit(cal_file: str, ops_dir: str, exchange: list[str], out: str) -> str:
             "how": "per size: non-negative least squares of in-runtime chunk action medians on "
                    "per-layer F, B, I, W costs (umpipe_bench.runtime.calibration)"}
     Q = calibrated_problem(P, costs, (a, b), meta)
+    # the class factors: each probed schedule's measured over simulated wall time, over GPipe's
+    walls = entry_walls(spec["entries"], ranks)
+    timed = [e for e in spec["entries"] if e["schedule"] in ("gpipe", *_probed(spec, P))]
+    factors = class_factors(timed, walls, simulate_rows(Q, timed, 0.0, (a, b)), P.S, P.B)
+    if factors:
+        Q = calibrated_problem(P, costs, (a, b), meta, factors)
     atomic_write_text(out, json.dumps(Q.to_dict(), indent=1) + "\n")
     lines = [f"{len(obs)} observations of {len(spec['entries'])} entries; message charge "
              f"{a * 1e3:.3f} ms + {b * 1e9:.3f} ms/MB per message end"]
+    if factors:
+        lines.append("class factors (measured over simulated, over GPipe's): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in factors.items()))
+    else:
+        lines.append("class factors: none (the entries probe no schedule but GPipe)")
     for m, c in sorted(costs.items()):
         sub = [o for o in obs if o.m == m]
         x = np.concatenate([c[k] for k in ("F", "B", "I", "W")])
@@ -107,6 +124,14 @@ def _fit(cal_file: str, ops_dir: str, exchange: list[str], out: str) -> str:
                      f"calibrated / profiled: {ratio}")
     lines.append(f"wrote {out}")
     return "\n".join(lines)
+
+
+def _probed(spec: dict, P) -> set[str]:
+    """The schedules the entries of ``spec`` probe (:func:`class_probes` of its problem ``P``)."""
+    from umpipe_bench.runtime.calibration import _label, class_probes
+
+    labels = {_label(e) for e in spec["entries"]}
+    return {e["schedule"] for e in class_probes(P.S, P.B) if _label(e) in labels}
 
 
 def _compare(earlier: str, later: str) -> str:
