@@ -12,17 +12,16 @@ Three steps, each its own command:
         --out PROBLEM-runtime.json
 
 ``entries``: the designed calibration entries of PROBLEM's layer count (GPipe on every
-two-chunk partition, ZB1P on every ``[k, 1, 1, L - k - 2]``, M = 2 and 4, and the class probes:
+two-chunk partition, ZB1P on every ``[k, 1, 1, L - k - 2]``, M = 2 and 4; ``--probes``: also
 every other schedule on balanced partitions): fixed by the layer count and batch, not by a
-prediction (a probe may be the same configuration as an entry a prediction picks, measured in
-a run of its own), and none of the schedule runs being predicted is read. ``run``: two processes
+prediction (a probe may be the configuration a prediction picks, measured in a run of its own),
+and none of the schedule runs being predicted is read. ``run``: two processes
 (gloo, one thread each) run every entry round by round in a rotating order, the garbage
 collector handled as the timing runtime does, every ``PipelineStage`` action timed
 (``scripts/torch_schedule_ops.py``'s instrumentation; two warm-up rounds dropped); output
 ``DIR/ops.r{rank}.json``. ``fit``: the per-layer decomposition of those action times and the
 message charge fitted to ``EXCHANGE.json`` (``scripts/torch_schedule_ops.py exchange``;
-several files: their rows pooled), and the class factors (each probed schedule's measured over
-simulated iteration time, over GPipe's), into the problem file; it prints the fit's residuals.
+several files: their rows pooled), into the problem file; it prints the fit's residuals.
 """
 
 from __future__ import annotations
@@ -46,12 +45,12 @@ from umpipe_bench.runtime.allocator import (  # noqa: E402
 )
 
 
-def _entries(problem_path: str) -> dict:
+def _entries(problem_path: str, probes: bool = False) -> dict:
     from umpipe_bench.registry import get_problem
     from umpipe_bench.runtime.calibration import design
 
     P = get_problem(problem_path)
-    return {"workload": problem_path, "entries": design(P.S, P.B)}
+    return {"workload": problem_path, "entries": design(P.S, P.B, probes=probes)}
 
 
 def _fit(cal_file: str, ops_dir: str, exchange: list[str], out: str) -> str:
@@ -62,13 +61,10 @@ def _fit(cal_file: str, ops_dir: str, exchange: list[str], out: str) -> str:
     from umpipe_bench.runtime.calibration import (
         _row,
         calibrated_problem,
-        class_factors,
         decompose,
-        entry_walls,
         message_charge,
         observations,
     )
-    from umpipe_bench.runtime.torch_entries import simulate_rows
 
     spec = json.loads(Path(cal_file).read_text(encoding="utf-8"))
     P = get_problem(spec["workload"])
@@ -92,20 +88,9 @@ def _fit(cal_file: str, ops_dir: str, exchange: list[str], out: str) -> str:
             "how": "per size: non-negative least squares of in-runtime chunk action medians on "
                    "per-layer F, B, I, W costs (umpipe_bench.runtime.calibration)"}
     Q = calibrated_problem(P, costs, (a, b), meta)
-    # the class factors: each probed schedule's measured over simulated wall time, over GPipe's
-    walls = entry_walls(spec["entries"], ranks)
-    timed = [e for e in spec["entries"] if e["schedule"] in ("gpipe", *_probed(spec, P))]
-    factors = class_factors(timed, walls, simulate_rows(Q, timed, 0.0, (a, b)), P.S, P.B)
-    if factors:
-        Q = calibrated_problem(P, costs, (a, b), meta, factors)
     atomic_write_text(out, json.dumps(Q.to_dict(), indent=1) + "\n")
     lines = [f"{len(obs)} observations of {len(spec['entries'])} entries; message charge "
              f"{a * 1e3:.3f} ms + {b * 1e9:.3f} ms/MB per message end"]
-    if factors:
-        lines.append("class factors (measured over simulated, over GPipe's): " + ", ".join(
-            f"{k} {v:.3f}" for k, v in factors.items()))
-    else:
-        lines.append("class factors: none (the entries probe no schedule but GPipe)")
     for m, c in sorted(costs.items()):
         sub = [o for o in obs if o.m == m]
         x = np.concatenate([c[k] for k in ("F", "B", "I", "W")])
@@ -124,14 +109,6 @@ def _fit(cal_file: str, ops_dir: str, exchange: list[str], out: str) -> str:
                      f"calibrated / profiled: {ratio}")
     lines.append(f"wrote {out}")
     return "\n".join(lines)
-
-
-def _probed(spec: dict, P) -> set[str]:
-    """The schedules the entries of ``spec`` probe (:func:`class_probes` of its problem ``P``)."""
-    from umpipe_bench.runtime.calibration import _label, class_probes
-
-    labels = {_label(e) for e in spec["entries"]}
-    return {e["schedule"] for e in class_probes(P.S, P.B) if _label(e) in labels}
 
 
 def _compare(earlier: str, later: str) -> str:
@@ -171,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("entries", help="print the calibration entries of a problem")
     e.add_argument("problem")
+    e.add_argument("--probes", action="store_true", help="also every other schedule on "
+                   "balanced partitions (runtime/calibration.py, schedule_probes)")
     r = sub.add_parser("run", help="time every action of the calibration entries in torch")
     r.add_argument("entries")
     r.add_argument("--rounds", type=int, default=8)
@@ -188,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         if a.cmd == "entries":
-            print(json.dumps(_entries(a.problem), indent=1))
+            print(json.dumps(_entries(a.problem, a.probes), indent=1))
         elif a.cmd == "run":
             if a.rounds < 1:
                 print(f"error: --rounds must be an integer >= 1, got {a.rounds}",

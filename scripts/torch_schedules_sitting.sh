@@ -3,7 +3,7 @@
 # the runtime calibration, the message exchange, the calibrated model's picks and three launches
 # of every entry, back to back, so that the model and the launches see the same machine.
 #
-#   scripts/torch_schedules_sitting.sh SITTING WORKLOAD ROUNDS
+#   scripts/torch_schedules_sitting.sh SITTING WORKLOAD ROUNDS [--probes]
 #
 # SITTING: a folder name (the date, say); WORKLOAD: a one-layer-per-stage profile
 # results/real/torch-schedules/WORKLOAD.json; ROUNDS: timed rounds per launch. Writes
@@ -12,13 +12,14 @@
 # WORKLOAD.runtime.json (the calibrated problem), WORKLOAD.runtime-pred.json (its picks),
 # WORKLOAD.all.json (those picks and the profile's, WORKLOAD.union.json or WORKLOAD.pred.json
 # beside the profile, merged) and the launches WORKLOAD.run1.json to run3.json. An existing
-# sitting of the workload is refused. The page: measure_torch_schedules.py --combine.
+# sitting of the workload is refused. --probes: the calibration runs the schedule probes too
+# (runtime_calibration.py entries --probes). The page: measure_torch_schedules.py --combine.
 set -euo pipefail
-if [ $# -ne 3 ]; then
-    echo "usage: $0 SITTING WORKLOAD ROUNDS" >&2
+if [ $# -lt 3 ] || [ $# -gt 4 ] || { [ $# -eq 4 ] && [ "$4" != --probes ]; }; then
+    echo "usage: $0 SITTING WORKLOAD ROUNDS [--probes]" >&2
     exit 2
 fi
-S=$1 W=$2 R=$3
+S=$1 W=$2 R=$3 PROBES=${4:-}
 cd "$(dirname "$0")/.."
 P=results/real/torch-schedules
 T=$P/$S
@@ -32,7 +33,7 @@ fi
 mkdir -p "$T" "$C"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python scripts/runtime_calibration.py entries "$P/$W.json" > "$tmp/cal.json"
+python scripts/runtime_calibration.py entries "$P/$W.json" $PROBES > "$tmp/cal.json"
 mv "$tmp/cal.json" "$C/$W.cal.json"
 python scripts/runtime_calibration.py run "$C/$W.cal.json" --rounds 8 --out "$tmp/ops"
 python scripts/torch_schedule_ops.py exchange --out "$tmp/ops"

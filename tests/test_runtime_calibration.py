@@ -18,15 +18,12 @@ from umpipe_bench.runtime.calibration import (
     KINDS,
     Observation,
     calibrated_problem,
-    class_factor,
-    class_factors,
-    class_probes,
     decompose,
     design,
-    entry_walls,
     message_charge,
     observations,
     runtime_model,
+    schedule_probes,
 )
 from umpipe_bench.torch_schedules.best import best_choice, compositions, divisors, simulate_chunks
 
@@ -65,9 +62,8 @@ def _observed(P: Problem) -> list[Observation]:
 
 
 def test_design_covers_every_split_at_both_microbatch_counts():
-    probes = class_probes(6, 16)
-    assert design(6, 16)[-len(probes):] == probes
-    es = design(6, 16)[:-len(probes)]
+    assert design(6, 16, probes=True) == design(6, 16) + schedule_probes(6, 16)
+    es = design(6, 16)
     assert [e["partition"] for e in es if e["schedule"] == "gpipe" and e["M"] == 2] == \
         [[k, 6 - k] for k in range(1, 6)]
     assert [e["partition"] for e in es if e["schedule"] == "zb1p" and e["M"] == 4] == \
@@ -325,7 +321,8 @@ def test_sitting_script_refuses_bad_input_in_one_line(tmp_path):
     profile = "vgg16-mini-b16-l16"
     cases = [([], "usage"), (["s", "no-such-workload", "3"], "WORKLOAD"),
              (["s", profile, "0"], "ROUNDS"), (["s", profile, "2x"], "ROUNDS"),
-             (["2026-12-05", profile, "3"], "SITTING")]
+             (["2026-12-05", profile, "3"], "SITTING"), (["s", profile, "3", "--probe"], "usage"),
+             (["s", profile, "3", "--probes", "x"], "usage")]
     for args, word in cases:
         r = subprocess.run(["bash", str(script), *args], capture_output=True, text=True,
                            timeout=60)
@@ -357,14 +354,27 @@ def test_compare_gives_the_ratio_of_two_calibrations(tmp_path, capsys):
     assert "layers" in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------ class factors
-def test_class_probes_are_every_other_schedule_balanced_where_torch_accepts_it():
+# ------------------------------------------------------------------ schedule probes
+def test_entries_probes_option_appends_the_probes(capsys):
+    rc = _script("runtime_calibration")
+    prof = ROOT / "results/real/torch-schedules/vgg16-mini-b16-l16.json"
+    got = []
+    for extra in ([], ["--probes"]):
+        assert rc.main(["entries", str(prof), *extra]) == 0
+        got.append(json.loads(capsys.readouterr().out)["entries"])
+    P = get_problem(str(prof))
+    assert got[1] == got[0] + schedule_probes(P.S, P.B) and got[0] == design(P.S, P.B)
+
+
+def test_schedule_probes_are_every_other_schedule_balanced_where_torch_accepts_it():
+    """Fixed by L and B alone: each probe is a shape torch accepts on two ranks, on the
+    balanced partition of its chunks, once per schedule, v and M."""
     from umpipe_bench.layout import balanced_counts
     from umpipe_bench.torch_schedules import TORCH_SCHEDULES
     from umpipe_bench.torch_schedules.orders import check
 
     for L, B in ((14, 16), (16, 16), (6, 2)):
-        ps = class_probes(L, B)
+        ps = schedule_probes(L, B)
         for e in ps:
             assert check(e["schedule"], 2, e["M"], e["v"]) == e["v"]
             assert e["partition"] == list(balanced_counts(L, 2 * e["v"]))
@@ -378,88 +388,3 @@ def test_class_probes_are_every_other_schedule_balanced_where_torch_accepts_it()
             assert ("dualpipev", 2, 4) in got and ("dualpipev", 2, 2) not in got  # M >= 2D
         else:
             assert {M for _, _, M in got} == {2} and "dualpipev" not in {s for s, _, _ in got}
-
-
-def test_entry_walls_take_the_later_rank_per_iteration_then_the_median():
-    e = {"schedule": "gpipe", "M": 2, "partition": [2, 2]}
-    r0 = {"gpipe:M2:2-2": [{"wall": 1.0}, {"wall": 5.0}, {"wall": 2.0}]}
-    r1 = {"gpipe:M2:2-2": [{"wall": 3.0}, {"wall": 1.0}, {"wall": 1.0}]}
-    assert entry_walls([e], [r0, r1]) == {"gpipe:M2:2-2": 3.0}  # max: 3, 5, 2
-    assert entry_walls([{**e, "M": 4}], [r0, r1]) == {}
-
-
-def test_class_factors_recover_known_factors_from_the_probes_alone():
-    """Walls that are the simulated time times a machine factor g (GPipe) and times g * c_s
-    (each schedule's probes): the factors are exactly c_s; entries of a probed schedule that are
-    not probes (ZB1P's designed splits), and entries without a wall, change nothing."""
-    L, B = 8, 16
-    es = design(L, B)
-    rng = np.random.default_rng(0)
-    sim = rng.uniform(0.05, 0.2, len(es))
-    want = {"1f1b": 1.1, "interleaved-1f1b": 0.97, "looped-bfs": 1.3, "zb1p": 0.9,
-            "zbv": 1.05, "dualpipev": 1.2}
-    probes = {f"{e['schedule']}:M{e['M']}:" + "-".join(map(str, e["partition"]))
-              for e in class_probes(L, B)}
-    walls = {}
-    for e, t in zip(es, sim):
-        label = f"{e['schedule']}:M{e['M']}:" + "-".join(map(str, e["partition"]))
-        if e["schedule"] == "gpipe":
-            walls[label] = 1.7 * t
-        elif label in probes:
-            walls[label] = 1.7 * t * want[e["schedule"]]
-        else:
-            walls[label] = 50.0 * t  # a designed ZB1P split: not a probe
-    got = class_factors(es, walls, list(sim), L, B)
-    assert got.pop("gpipe") == 1.0
-    assert got == pytest.approx(want, rel=1e-12)
-    del walls[next(iter(probes))]
-    assert class_factors(es, walls, list(sim), L, B) == pytest.approx(
-        {"gpipe": 1.0, **want}, rel=1e-12)
-    assert class_factors([e for e in es if e["schedule"] != "gpipe"], walls, list(sim), L,
-                         B) == {}
-
-
-def test_class_factors_scale_every_entry_of_a_schedule_and_keep_the_picks(tmp_path):
-    """A calibrated problem with class factors: every T (picks and rows) is the simulator's
-    times its schedule's factor, the picks are the same, and the report gives the class-factor
-    model a row of its own, exact on 'measured' times that are those products."""
-    from umpipe_bench.runtime import torch_entries, torch_report
-
-    P = get_problem("sim-s8-b16-s1")
-    factors = {"gpipe": 1.0, "1f1b": 1.2, "interleaved-1f1b": 1.1, "looped-bfs": 0.9,
-               "zbv": 0.8, "dualpipev": 1.5}
-    d = P.to_dict()
-    d["provenance"] = {**(d.get("provenance") or {}),
-                       "runtime_calibration": {"message_cpu": [1e-3, 0.0],
-                                               "class_factors": factors}}
-    rt = tmp_path / "sim-s8-b16-s1.runtime.json"
-    rt.write_text(json.dumps(d))
-    Q = get_problem(str(rt))
-    assert class_factor(Q, "zbv") == 0.8 and class_factor(Q, "zb1p") == 1.0
-    assert class_factor(P, "zbv") == 1.0
-    with_f = torch_entries.predicted_entries(str(rt), "stash")["entries"]
-    without = torch_entries.predicted_entries(str(rt), "stash", class_factors=False)["entries"]
-    assert [(e["schedule"], e["M"], e["partition"], e["v"]) for e in with_f] == \
-        [(e["schedule"], e["M"], e["partition"], e["v"]) for e in without]
-    for a, b in zip(with_f, without):
-        assert a["T_pred"] == pytest.approx(b["T_pred"] * factors.get(a["schedule"], 1.0),
-                                            rel=1e-12)
-    rows = [{"label": f"{e['schedule']}:M{e['M']}:{'-'.join(map(str, e['partition']))}",
-             "torch_class": e["torch_class"], "M": e["M"], "partition": e["partition"],
-             "v": e["v"], "T_pred": None} for e in without]
-    Ts = torch_entries.predict_rows(str(rt), rows, 0.0)
-    assert Ts == pytest.approx([e["T_pred"] for e in with_f], rel=1e-12)
-    for r, T in zip(rows, Ts):
-        r.update(median=T, low=T, high=T, n=1)
-    run = tmp_path / "w.run.json"
-    run.write_text(json.dumps({"command": "x", "date": "d", "load_before": "0",
-                               "load_after": "0", "workload": {"name": "sim-s8-b16-s1"},
-                               "summary": {"rows": rows}}))
-    page = tmp_path / "page.md"
-    assert torch_report.combine([str(run)], str(page), None, "cmd") == 0
-    lines = page.read_text().splitlines()
-    row = next(x for x in lines if "| runtime-calibrated, class factors |" in x)
-    cells = [x.strip() for x in row.split("|")]
-    assert cells[6].startswith("1.000") and cells[9] == "0.0 %"
-    plain_row = next(x for x in lines if "| runtime-calibrated |" in x)
-    assert [x.strip() for x in plain_row.split("|")][9] != "0.0 %"  # the factors act

@@ -11,8 +11,12 @@ from umpipe_bench.planners.evaluation.evaluator import run_row_blocks
 from umpipe_bench.planners.evaluation.family import FamilyEvaluator
 from umpipe_bench.planners.search.base import PlannerError
 from umpipe_bench.planners.search.caps import random_caps
-from umpipe_bench.planners.search.threads import (AUTO_WORK, FAMILY_AUTO_WORK, apply_threads,
-                                                  parse_threads)
+from umpipe_bench.planners.search.threads import (
+    AUTO_WORK,
+    FAMILY_AUTO_WORK,
+    apply_threads,
+    parse_threads,
+)
 from umpipe_bench.synthetic import synthetic_problem
 
 PROBLEM = synthetic_problem(4, 12, 3)

@@ -6,9 +6,13 @@ measurements of their own.
   count alone: GPipe on every two-chunk partition ``[k, L - k]`` (forward ``F`` and full
   backward ``B`` of every prefix and suffix of the layers) and ZB1P (``v = 2``) on every
   ``[k, 1, 1, L - k - 2]`` (``F``, input-gradient ``I`` and weight-gradient ``W`` of every
-  prefix, of single layers and of every suffix), each at ``M = 2`` and ``M = 4``; then the
-  **class probes** (:func:`class_probes`): every other schedule torch ships on balanced
-  partitions at the same ``M`` where torch accepts them.
+  prefix, of single layers and of every suffix), each at ``M = 2`` and ``M = 4``; with
+  ``probes``, then the **schedule probes** (:func:`schedule_probes`): every other schedule
+  torch ships on balanced partitions at the same ``M`` where torch accepts them, whose actions
+  add chunk shapes and places the two families lack (one chunk of half the layers per rank,
+  the interleaved and V layouts' chunks, ZB1P at one chunk per rank). They are off by default:
+  in a sitting that ran them, the model fitted with and without their actions ranked the
+  measured entries alike (docs/TORCH-SCHEDULES.md §7a).
 * :func:`observations`: per entry, chunk and kind, the median over iterations of the time per
   action (``scripts/torch_schedule_ops.py``'s timed ``PipelineStage`` calls).
 * :func:`decompose`: per microbatch size, non-negative least squares of those chunk times on
@@ -16,9 +20,6 @@ measurements of their own.
   :func:`umpipe_bench.layout.group_layers` adds them; the first chunk's ``I`` is layer 0's
   alone and its ``W`` is its whole backward (layer 0's ``W``, every other layer's ``I`` and
   ``W``), as torch's first stage computes no input gradient.
-* :func:`class_factors`: per schedule, the median over its probes of measured over simulated
-  time, over the same ratio of the GPipe entries: what the simulated schedule misses of
-  torch's runtime as a factor (GPipe's is 1; a schedule without probes has none).
 * :func:`message_charge`: ``(a, b)`` of the CPU charge per message end, ``a + b * bytes``,
   fitted (non-negative least squares) to the exchange measurement (one send and one receive on
   each side per exchange: two message ends).
@@ -27,8 +28,7 @@ measurements of their own.
   profiled ratio of that kind; at least 0.1 us, a problem's costs being positive),
   ``bwd_far = 1`` (the in-runtime ``B`` is measured where torch runs it), ``rbwd = F + B`` and
   ``ribwd = F + I`` (torch's runtime keeps activations; no recompute is calibrated), and the
-  message charge in ``provenance["runtime_calibration"]``, which :func:`runtime_model` reads
-  (and the class factors, when given, which :func:`class_factor` reads).
+  message charge in ``provenance["runtime_calibration"]``, which :func:`runtime_model` reads.
 
 Imports no torch.
 """
@@ -46,9 +46,8 @@ import numpy as np
 from ..errors import UmpipeError
 from ..problem import Problem
 
-__all__ = ["KINDS", "Observation", "calibrated_problem", "class_factor", "class_factors",
-           "class_probes", "decompose", "design", "entry_walls", "message_charge",
-           "observations", "runtime_model"]
+__all__ = ["KINDS", "Observation", "calibrated_problem", "decompose", "design",
+           "message_charge", "observations", "runtime_model", "schedule_probes"]
 
 KINDS = ("F", "B", "I", "W")
 _ATTR = {"F": "fwd", "B": "bwd", "I": "ibwd", "W": "wbwd"}
@@ -69,8 +68,10 @@ class Observation:
     seconds: float
 
 
-def design(L: int, B: int, Ms: Sequence[int] = CAL_M) -> list[dict[str, Any]]:
-    """The calibration entries of a model of ``L`` layers and batch ``B`` (module docstring)."""
+def design(L: int, B: int, Ms: Sequence[int] = CAL_M,
+           probes: bool = False) -> list[dict[str, Any]]:
+    """The calibration entries of a model of ``L`` layers and batch ``B`` (module docstring);
+    ``probes``: the schedule probes after them."""
     if L < 4:
         raise UmpipeError(f"a runtime calibration needs at least 4 layers, got {L}")
     out = []
@@ -83,7 +84,7 @@ def design(L: int, B: int, Ms: Sequence[int] = CAL_M) -> list[dict[str, Any]]:
         for k in range(1, L - 2):
             out.append({"schedule": "zb1p", "torch_class": "ScheduleInterleavedZeroBubble",
                         "M": M, "partition": [k, 1, 1, L - k - 2], "v": 2})
-    return out + class_probes(L, B, Ms)
+    return out + (schedule_probes(L, B, Ms) if probes else [])
 
 
 #: the chunks per rank each schedule is probed at (every layout torch's schedules take on two
@@ -94,7 +95,7 @@ _PROBE_V = {"1f1b": (1,), "interleaved-1f1b": (2,), "looped-bfs": (2,), "zb1p": 
 _D = 2
 
 
-def class_probes(L: int, B: int, Ms: Sequence[int] = CAL_M) -> list[dict[str, Any]]:
+def schedule_probes(L: int, B: int, Ms: Sequence[int] = CAL_M) -> list[dict[str, Any]]:
     """Every schedule but GPipe on the balanced partition of ``L`` layers into its chunks
     (:func:`umpipe_bench.layout.balanced_counts`), at each ``M`` of ``Ms`` dividing ``B`` that
     torch accepts (DualPipeV needs ``M >= 4`` on two ranks), ``zb1p`` at one and two chunks per
@@ -117,49 +118,6 @@ def class_probes(L: int, B: int, Ms: Sequence[int] = CAL_M) -> list[dict[str, An
                 out.append({"schedule": name, "torch_class": info.torch_class, "M": M,
                             "partition": list(balanced_counts(L, _D * v)), "v": v})
     return out
-
-
-def _label(e: dict[str, Any]) -> str:
-    return f"{e['schedule']}:M{e['M']}:" + "-".join(map(str, e["partition"]))
-
-
-def entry_walls(entries: Iterable[dict[str, Any]],
-                ranks: Sequence[dict[str, list[dict[str, Any]]]]) -> dict[str, float]:
-    """Per entry label timed by ``scripts/torch_schedule_ops.py run``: the median over
-    iterations of the iteration's wall time, the later of the ranks' (an entry neither rank
-    timed is left out)."""
-    out = {}
-    for e in entries:
-        label = _label(e)
-        its = [rank.get(label) or [] for rank in ranks]
-        n = min(len(x) for x in its)
-        if n:
-            out[label] = statistics.median(max(x[i]["wall"] for x in its) for i in range(n))
-    return out
-
-
-def class_factors(entries: Sequence[dict[str, Any]], walls: dict[str, float],
-                  simulated: Sequence[float], L: int, B: int) -> dict[str, float]:
-    """Per schedule probed (:func:`class_probes` of ``L``, ``B``, among ``entries``): the median
-    over its probes of ``wall / simulated``, over the median of that ratio over the GPipe
-    entries; ``simulated[i]`` is the device simulator's ``T`` of ``entries[i]`` on the
-    calibrated problem, ``walls`` :func:`entry_walls`. Entries without a wall are skipped; no
-    GPipe wall: no factors."""
-    probes = {_label(e) for e in class_probes(L, B)}
-    ratios: dict[str, list[float]] = defaultdict(list)
-    for e, t in zip(entries, simulated):
-        label = _label(e)
-        if label not in walls or not t > 0:
-            continue
-        if e["schedule"] == "gpipe":
-            ratios["gpipe"].append(walls[label] / t)
-        elif label in probes:
-            ratios[e["schedule"]].append(walls[label] / t)
-    if not ratios.get("gpipe"):
-        return {}
-    ref = statistics.median(ratios["gpipe"])
-    return {s: (statistics.median(r) / ref if s != "gpipe" else 1.0)
-            for s, r in sorted(ratios.items())}
 
 
 def observations(entries: Iterable[dict[str, Any]], B: int,
@@ -244,10 +202,8 @@ def message_charge(rows: Sequence[dict[str, float]]) -> tuple[float, float]:
 
 
 def calibrated_problem(problem: Problem, costs: dict[int, dict[str, np.ndarray]],
-                       message_cpu: tuple[float, float], meta: dict[str, Any],
-                       factors: dict[str, float] | None = None) -> Problem:
-    """``problem`` with its action costs replaced by the decomposed ones (module docstring);
-    ``factors``: the class factors (:func:`class_factors`) it carries."""
+                       message_cpu: tuple[float, float], meta: dict[str, Any]) -> Problem:
+    """``problem`` with its action costs replaced by the decomposed ones (module docstring)."""
     d = problem.to_dict()
     sizes = list(problem.sizes)
     cal = [m for m in sorted(costs) if m in sizes]
@@ -279,9 +235,7 @@ def calibrated_problem(problem: Problem, costs: dict[int, dict[str, np.ndarray]]
     prov = dict(d.get("provenance") or {})
     prov["runtime_calibration"] = {**meta, "calibrated_sizes": cal,
                                    "message_cpu": [float(message_cpu[0]),
-                                                   float(message_cpu[1])],
-                                   **({"class_factors": {k: float(v) for k, v in
-                                                         factors.items()}} if factors else {})}
+                                                   float(message_cpu[1])]}
     d["provenance"] = prov
     return Problem.from_dict(d).validate()
 
@@ -294,9 +248,3 @@ def runtime_model(problem: Problem) -> tuple[float, float]:
     a, b = cal["message_cpu"]
     return (float(a), float(b))
 
-
-def class_factor(problem: Problem, schedule: str) -> float:
-    """The class factor a calibrated problem carries for ``schedule`` (:func:`class_factors`);
-    1 for a schedule it has none for and for any other problem."""
-    cal = (problem.provenance or {}).get("runtime_calibration") or {}
-    return float((cal.get("class_factors") or {}).get(schedule, 1.0))

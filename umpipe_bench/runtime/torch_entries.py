@@ -36,8 +36,7 @@ from .errors import PlanRefused
 from .torch_schedules import WORKLOADS
 
 __all__ = ["D", "calibration_entries", "chunk_entries", "example_entries", "fit_overhead",
-           "predict_rows", "predicted_entries", "profile_command", "resolve_workload",
-           "simulate_rows"]
+           "predict_rows", "predicted_entries", "profile_command", "resolve_workload"]
 
 #: ranks of a measured run
 D = 2
@@ -77,18 +76,13 @@ def _message_cpu(problem: Any, message_cpu: tuple[float, float] | None) -> tuple
 
 
 def predicted_entries(problem_name: str, mode: str, op_overhead: float = 0.0,
-                      message_cpu: tuple[float, float] | None = None,
-                      class_factors: bool = True) -> dict[str, Any]:
+                      message_cpu: tuple[float, float] | None = None) -> dict[str, Any]:
     """An entries file from the predictor: every torch schedule at its best (v, M, partition)
     on the one-layer-per-stage ``problem_name`` for ``D`` devices (``umpipe-bench schedules``),
     with its predicted T. ``message_cpu``: the CPU charge of a message on both ends
     (:func:`umpipe_bench.devsim.simulate_devices`); None: the problem's own (a runtime-calibrated
-    problem's, off otherwise). ``class_factors``: each T times its schedule's class factor, where
-    a runtime-calibrated problem carries them (:func:`.calibration.class_factor`; a factor is
-    the same for every entry of a schedule, so the picks do not depend on it)."""
+    problem's, off otherwise)."""
     from umpipe_bench.torch_schedules.best import schedule_table
-
-    from .calibration import class_factor
 
     problem = get_problem(problem_name)
     msg = _message_cpu(problem, message_cpu)
@@ -98,9 +92,8 @@ def predicted_entries(problem_name: str, mode: str, op_overhead: float = 0.0,
             print(f"predict: {r.schedule} left out: {r.reason}", file=sys.stderr)
             continue
         c = r.choice
-        f = class_factor(problem, r.schedule) if class_factors else 1.0
         entries.append({"schedule": r.schedule, "torch_class": r.torch_class, "M": c.M,
-                        "partition": list(c.counts), "v": c.v, "T_pred": c.T * f})
+                        "partition": list(c.counts), "v": c.v, "T_pred": c.T})
     out: dict[str, Any] = {"workload": problem_name, "entries": entries,
                            "op_overhead": op_overhead}
     if msg != (0.0, 0.0):
@@ -154,33 +147,21 @@ def calibration_entries(problem_name: str) -> dict[str, Any]:
 
 
 def predict_rows(problem_name: str, rows: list[dict[str, Any]], op_overhead: float,
-                 message_cpu: tuple[float, float] | None = None,
-                 class_factors: bool = True) -> list[float]:
+                 message_cpu: tuple[float, float] | None = None) -> list[float]:
     """The device simulator's T of every measured entry (``rows`` of a run's summary);
-    ``message_cpu`` and ``class_factors`` as in :func:`predicted_entries`."""
-    problem = get_problem(problem_name)
-    return simulate_rows(problem, rows, op_overhead, _message_cpu(problem, message_cpu),
-                         class_factors)
-
-
-def simulate_rows(problem: Any, rows: list[dict[str, Any]], op_overhead: float,
-                  message_cpu: tuple[float, float], class_factors: bool = False) -> list[float]:
-    """The device simulator's T of every entry in ``rows`` (schedule or torch class, ``M``,
-    ``partition``, ``v``) on ``problem`` (a :class:`~umpipe_bench.problem.Problem`), with
-    ``message_cpu`` as given; ``class_factors``: times the problem's class factors."""
+    ``message_cpu`` as in :func:`predicted_entries`."""
     from umpipe_bench.torch_schedules import schedule_info, torch_orders
     from umpipe_bench.torch_schedules.best import simulate_chunks
 
-    from .calibration import class_factor
-
+    problem = get_problem(problem_name)
+    msg = _message_cpu(problem, message_cpu)
     out = []
     for r in rows:
-        info = schedule_info(r.get("torch_class") or r["schedule"])
+        info = schedule_info(r["torch_class"])
         v = r["v"]
         lists = torch_orders(info.name, D, r["M"], None if info.layout == "one" else v)
-        T = simulate_chunks(problem, r["partition"], info.layout, D, v, r["M"], "stash",
-                            lists, op_overhead, message_cpu).iteration_time
-        out.append(T * (class_factor(problem, info.name) if class_factors else 1.0))
+        out.append(simulate_chunks(problem, r["partition"], info.layout, D, v, r["M"], "stash",
+                                   lists, op_overhead, msg).iteration_time)
     return out
 
 

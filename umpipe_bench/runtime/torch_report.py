@@ -108,17 +108,8 @@ def _launch_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
 
 
 #: marker and colour of each model on the scatter
-#: the runtime-calibrated model with its class factors (a row of its own where a sitting's
-#: calibration has them)
-CLASS_MODEL = "runtime-calibrated, class factors"
 _STYLE = {"as profiled": ("o", "C0"), "with overhead": ("s", "C1"),
-          "runtime-calibrated": ("^", "C2"), CLASS_MODEL: ("v", "C3")}
-
-
-def class_factors_of(problem: Any) -> dict[str, float]:
-    """The class factors a runtime-calibrated problem carries ({} for any other)."""
-    cal = (problem.provenance or {}).get("runtime_calibration") or {}
-    return dict(cal.get("class_factors") or {})
+          "runtime-calibrated": ("^", "C2")}
 
 
 def combine(paths: list[str], report_path: str, png: str | None, command: str) -> int:
@@ -167,14 +158,10 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
         models = {"as profiled": (problem, 0.0),
                   **({"with overhead": (problem, c)} if c is not None else {}),
                   **({"runtime-calibrated": (str(runtime), 0.0)} if runtime.exists() else {})}
-        if runtime.exists() and class_factors_of(get_problem(str(runtime))):
-            models[CLASS_MODEL] = (str(runtime), 0.0)
-        preds = {k: predict_rows(prob, rows, v, class_factors=k == CLASS_MODEL)
-                 for k, (prob, v) in models.items()}
+        preds = {k: predict_rows(prob, rows, v) for k, (prob, v) in models.items()}
         picks = {}
         for k, (prob, v) in models.items():
-            chosen = predicted_entries(prob, "stash", v, class_factors=k == CLASS_MODEL)[
-                "entries"]
+            chosen = predicted_entries(prob, "stash", v)["entries"]
             keys = {(e["torch_class"], e["M"], tuple(e["partition"])) for e in chosen}
             picks[k] = [i for i, r in enumerate(rows)
                         if (r["torch_class"], r["M"], tuple(r["partition"])) in keys]
@@ -202,11 +189,7 @@ def combine(paths: list[str], report_path: str, png: str | None, command: str) -
              "calibration run (GPipe and ZB1P over every split point, M = 2 and 4; none of the "
              "runs below), plus a CPU charge on both ends of every cross-device message, a + b * "
              "bytes, fitted to two exchange measurements (results/real/torch-schedule-ops/ and "
-             "results/real/runtime-calibration/exchange.json); **runtime-calibrated, class "
-             "factors** (sittings whose calibration probes every schedule on balanced "
-             "partitions): each schedule's T times its class factor, the median of measured over "
-             "simulated time of its probes over that of the GPipe entries in the same "
-             "calibration run. A workload whose title carries a "
+             "results/real/runtime-calibration/exchange.json). A workload whose title carries a "
              "date is one sitting of `scripts/torch_schedules_sitting.sh DATE WORKLOAD ROUNDS` "
              "(files in `results/real/torch-schedules/DATE/` and "
              "`results/real/runtime-calibration/DATE/`): the runtime calibration with an "

@@ -1,0 +1,112 @@
+#!/usr/bin/env python
+"""How far the runtime-calibrated model misses each of torch's schedules, sitting by sitting,
+and whether a correction per schedule learned from other sittings would rank the picks
+(docs/TORCH-SCHEDULES.md §7b).
+
+    python scripts/schedule_class_bias.py SITTING_DIR... [--workloads W,...]
+
+SITTING_DIR: folders of ``scripts/torch_schedules_sitting.sh`` (``results/real/torch-schedules/
+SITTING``), each holding per workload ``W.runtime.json`` (the calibrated problem),
+``W.runtime-pred.json`` (its picks) and the launches ``W.run1.json`` to ``W.run3.json``. For every
+workload in every sitting: each pick's measured time (median over launches of the per-launch
+medians) over the model's time without class factors, as a log ratio less the sitting's median
+over the picks (what is left of a schedule's miss once the sitting's overall scale is taken
+out); then, per sitting, Spearman of the picks' predicted and measured times as predicted and
+with each schedule's mean residual over the *other* sittings taken out (leave one sitting out:
+no sitting's correction comes from its own launches), and the measurement's own agreement: each
+launch's pick times against the median of the other launches'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WORKLOADS = ("gpt1-mini-b16-l14", "gpt1-mini-b16-seq64-l14", "vgg16-mini-b16-l16",
+             "vgg16-mini-b16-px64-l16")
+
+
+def _label(e: dict) -> str:
+    return f"{e['schedule']}:M{e['M']}:" + "-".join(map(str, e["partition"]))
+
+
+def _sitting(folder: Path, w: str) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None:
+    """The picks of workload ``w`` in one sitting: schedules, predictions, measured times and
+    each launch's medians (launch by pick)."""
+    from umpipe_bench.runtime.torch_entries import predict_rows
+
+    pred_file = folder / f"{w}.runtime-pred.json"
+    runs = sorted(folder.glob(f"{w}.run[0-9]*.json"))
+    if not pred_file.exists() or not runs:
+        return None
+    picks = json.loads(pred_file.read_text(encoding="utf-8"))["entries"]
+    launches = [{r["label"]: r["median"] for r in
+                 json.loads(p.read_text(encoding="utf-8"))["summary"]["rows"]} for p in runs]
+    labels = [_label(e) for e in picks]
+    meas = np.median([[x[lab] for lab in labels] for x in launches], axis=0)
+    T = np.array(predict_rows(str(folder / f"{w}.runtime.json"), picks, 0.0))
+    per = np.array([[x[lab] for lab in labels] for x in launches])
+    return [e["schedule"] for e in picks], T, meas, per
+
+
+def main(argv: list[str] | None = None) -> int:
+    from umpipe_bench.runtime.stats import spearman
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("sittings", nargs="+", help="sitting folders")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    a = ap.parse_args(argv)
+    folders = [Path(s) for s in a.sittings]
+    for f in folders:
+        if not f.is_dir():
+            print(f"error: SITTING_DIR: no folder {f}", file=sys.stderr)
+            return 2
+    names = [f.name for f in folders]
+    for w in a.workloads.split(","):
+        data = {f.name: _sitting(f, w) for f in folders}
+        data = {k: v for k, v in data.items() if v is not None}
+        if not data:
+            continue
+        resid: dict[str, dict[str, float]] = {}
+        for s, (sched, T, meas, _) in data.items():
+            r = np.log(meas / T)
+            r -= np.median(r)
+            for k, x in zip(sched, r):
+                resid.setdefault(k, {})[s] = float(x)
+        print(f"## {w}\n")
+        print("measured over predicted, less the sitting's median (per cent):\n")
+        print("| schedule | " + " | ".join(n for n in names if n in data) + " |")
+        print("|---|" + "---:|" * len(data))
+        for k in sorted(resid):
+            print(f"| {k} | " + " | ".join(
+                f"{100 * (np.exp(resid[k][n]) - 1):+.1f}" if n in resid[k] else "-"
+                for n in names if n in data) + " |")
+        print("\nSpearman of the picks, as predicted -> with the other sittings' mean residual "
+              "per schedule; the measurement's own: each launch against the median of the "
+              "others; the picks' spread (slowest over fastest, measured):\n")
+        for s, (sched, T, meas, per) in data.items():
+            corr = []
+            for k in sched:
+                other = [v for n, v in resid[k].items() if n != s]
+                corr.append(float(np.mean(other)) if other else 0.0)
+            Tc = T * np.exp(np.array(corr))
+            own = [spearman(list(per[i]), list(np.median(np.delete(per, i, 0), axis=0)))
+                   for i in range(len(per))] if len(per) > 1 else []
+            print(f"- {s}: {spearman(list(T), list(meas)):.3f} -> "
+                  f"{spearman(list(Tc), list(meas)):.3f}; launches "
+                  + ", ".join(f"{x:.2f}" for x in own)
+                  + f"; spread {100 * (meas.max() / meas.min() - 1):.1f} %")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
