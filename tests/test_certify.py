@@ -381,6 +381,68 @@ def test_certify_takes_the_two_stage_recompute_bound():
     assert "method" not in solver.stats
 
 
+# ------------------------------------------------------------------ two stages, recompute, exact
+def _short_links(problem, share: float):
+    """``problem`` (two stages) with every transfer taking ``share`` of stage 0's cheapest
+    forward, whatever its size (no transfer longer than a forward: the exact program's
+    condition)."""
+    from umpipe_bench.problem import Problem
+
+    d = problem.to_dict()
+    f0 = problem.tables().fwd[0][1:].min()
+    for link in d["links"]:
+        link["latency"] = float(share * f0)
+        link["bandwidth"] = 1e30
+    return Problem.from_dict(d).validate()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), family=st.sampled_from(FAMILIES), B=st.integers(1, 4),
+       share=st.sampled_from([0.0, 0.3, 1.0]))
+def test_two_stage_recompute_program_is_the_optimum(seed, family, B, share):
+    """The exact program against the brute force over all four compositions in their dominant
+    order (and over every order where B <= 2), its plan re-simulating to its T, and the
+    cut-off: just above the optimum keeps it, just below finds nothing."""
+    from umpipe_bench.certify.two_stage import recompute_program_applies, two_stage_recompute
+
+    p = _short_links(_fixed_costs(family_problem(family, 2, B, 1.0, seed % 5)), share)
+    assert recompute_program_applies(p)
+    want = _exact_two_stage_recompute(p)
+    if B <= 2:
+        assert want == pytest.approx(brute_force(p, "recompute", "any"), rel=1e-12)
+    r = two_stage_recompute(p, capacity=200_000)
+    assert r.finished and r.T == pytest.approx(want, rel=1e-12)
+    assert [sum(x) for x in (*r.plan.fwd, *r.plan.bwd)] == [B] * 4
+    assert simulate_order(p, r.plan, dominant_order(gpipe(r.plan))) == pytest.approx(
+        want, rel=1e-12)
+    assert two_stage_recompute(p, upper=want * (1 + 1e-9), capacity=200_000).T == \
+        pytest.approx(want, rel=1e-12)
+    below = two_stage_recompute(p, upper=want * (1 - 1e-9), capacity=200_000)
+    assert below.finished and below.T == np.inf and below.plan is None
+
+
+def test_two_stage_recompute_program_refuses_long_transfers_and_stops_when_full():
+    from umpipe_bench.certify.two_stage import recompute_program_applies, two_stage_recompute
+
+    p = _short_links(_fixed_costs(family_problem("mix", 2, 4, 1.0, 1)), 1.5)
+    assert not recompute_program_applies(p)
+    with pytest.raises(ValueError, match="no longer than every stage-0 forward"):
+        two_stage_recompute(p)
+    q = _short_links(_fixed_costs(family_problem("mix", 2, 4, 1.0, 1)), 0.5)
+    full = two_stage_recompute(q, capacity=5)
+    assert not full.finished and full.plan is None and full.stats["full"]
+
+
+def test_certify_proves_two_stage_recompute_by_the_exact_program():
+    p = _short_links(_fixed_costs(family_problem("slowlink", 2, 4, 1.0, 3)), 0.5)
+    want = _exact_two_stage_recompute(p)
+    c = certify(p, "recompute", order="any", time_limit=20)
+    assert c.stats["method"] == "two-stage dp" and c.optimal
+    assert c.value == pytest.approx(want, rel=OPT_TOL) and c.bound <= want * (1 + REL)
+    ops = [[_op(p, c.plan, label) for label in row] for row in c.ops]
+    assert simulate_order(p, c.plan, ops) == c.value
+
+
 # ------------------------------------------------------------------ the stage relaxation
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None)

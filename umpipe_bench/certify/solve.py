@@ -27,7 +27,13 @@ from ..problem import Problem
 from ..schedules import Op, build_schedule, capped_order
 from ..simulator import simulate
 from .model import ORDERS, build, unit_for
-from .two_stage import MAX_B, two_stage_recompute_bound, two_stage_stash
+from .two_stage import (
+    MAX_B,
+    recompute_program_applies,
+    two_stage_recompute,
+    two_stage_recompute_bound,
+    two_stage_stash,
+)
 
 __all__ = ["OPT_TOL", "Certificate", "SolverMissing", "certify", "dominant_order",
            "require_solver", "simulate_order"]
@@ -164,10 +170,12 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     (:func:`_decide`) when the search ends short of optimal. ``two_stage``: a two-stage
     stash problem (``B <= MAX_B``, order ``any``) is solved by the exact program of
     :mod:`.two_stage` instead of the solver (the solver when the program does not finish
-    within ``time_limit``); a recompute one first gets the program's bound, which ends the
-    solve when it proves the best hint optimal and otherwise joins the solver's (False: the
-    solver alone). A program and the search share ``time_limit``: the search gets what the
-    program left (at least 0.01 s)."""
+    within ``time_limit``), and so is a recompute one whose transfers are never longer than a
+    stage-0 forward; otherwise, or when that program does not finish, a recompute one first
+    gets the bound program's bound, which ends the solve when it proves the best hint optimal
+    and otherwise joins the solver's (False: the solver alone). The programs and the search
+    share ``time_limit``: each gets what the ones before it left (the search at least
+    0.01 s)."""
     from ..bound import lower_bound
 
     require_solver()
@@ -202,6 +210,11 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
             if c is not None:
                 return c
         else:
+            if recompute_program_applies(problem):
+                c = _two_stage(problem, best_plan, best_ops, best_T, t_start, time_limit,
+                               clock, "recompute")
+                if c is not None:
+                    return c
             upper = best_T * (1.0 + DP_SLACK)
             r = two_stage_recompute_bound(problem, upper, _deadline(t_start, time_limit, clock))
             if r.finished:
@@ -283,13 +296,16 @@ def _deadline(t_start: float, time_limit: float, clock: Any) -> float:
 
 
 def _two_stage(problem: Problem, best_plan: Plan, best_ops: list[list[Op]], best_T: float,
-               t_start: float, time_limit: float, clock: Any) -> Certificate | None:
-    """The exact program of :mod:`.two_stage` in place of the solver (None when it does not
-    finish within the time limit or the clock)."""
+               t_start: float, time_limit: float, clock: Any,
+               mode: str = "stash") -> Certificate | None:
+    """An exact program of :mod:`.two_stage` (stash, or recompute where
+    :func:`.two_stage.recompute_program_applies`) in place of the solver (None when it does
+    not finish within the time limit or the clock, or runs out of room)."""
     from ..bound import lower_bound
 
     upper = best_T * (1.0 + DP_SLACK)
-    r = two_stage_stash(problem, upper, _deadline(t_start, time_limit, clock))
+    program = two_stage_stash if mode == "stash" else two_stage_recompute
+    r = program(problem, upper, _deadline(t_start, time_limit, clock))
     if not r.finished:
         return None
     from_solver = False
@@ -299,8 +315,8 @@ def _two_stage(problem: Problem, best_plan: Plan, best_ops: list[list[Op]], best
         if T < best_T:
             best_plan, best_ops, best_T, from_solver = r.plan, ops, T, True
     # no plan below ``upper`` but what it found: the least T, up to float rounding
-    bound = max(lower_bound(problem, "stash"), min(r.T, upper) * (1.0 - DP_SLACK))
-    return _program_certificate(problem, "stash", best_plan, best_ops, best_T, bound,
+    bound = max(lower_bound(problem, mode), min(r.T, upper) * (1.0 - DP_SLACK))
+    return _program_certificate(problem, mode, best_plan, best_ops, best_T, bound,
                                 from_solver, t_start, {"method": "two-stage dp", **r.stats})
 
 

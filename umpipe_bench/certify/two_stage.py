@@ -47,7 +47,8 @@ import numpy as np
 from ..plan import Plan
 from ..problem import Problem
 
-__all__ = ["MAX_B", "TwoStage", "two_stage_recompute_bound", "two_stage_stash"]
+__all__ = ["MAX_B", "TwoStage", "recompute_program_applies", "two_stage_recompute",
+           "two_stage_recompute_bound", "two_stage_stash"]
 
 INF = math.inf
 #: The largest batch the program is run for (its work grows about as ``B^4``).
@@ -230,3 +231,122 @@ def two_stage_recompute_bound(problem: Problem, upper: float = INF,
                     add((a, p, c, k2), (E, X, max(D, G2 + max(tail0[k:k2])), e, G2))
         layers[L] = None
     return TwoStage(best, None, True, {"states": kept[0], "front": kept[1]})
+
+
+#: states the exact recompute program holds at most (about 80 bytes each)
+RECOMPUTE_CAPACITY = 40_000_000
+
+
+def _least_parts(cost: list[float], n: int) -> tuple[list[float], list[list[int]]]:
+    """The least cost of ``m`` consecutive samples in microbatches of costs ``cost[size]``, for
+    ``m = 0..n``, and one composition reaching it."""
+    best = [0.0] + [INF] * n
+    choice = [0] * (n + 1)
+    for m in range(1, n + 1):
+        for s in range(1, m + 1):
+            c = best[m - s] + cost[s]
+            if c < best[m]:
+                best[m], choice[m] = c, s
+    parts: list[list[int]] = [[]]
+    for m in range(1, n + 1):
+        parts.append(parts[m - choice[m]] + [choice[m]])
+    return best, parts
+
+
+def recompute_program_applies(problem: Problem) -> bool:
+    """Whether :func:`two_stage_recompute` is exact for ``problem``: two stages, every
+    activation transfer no longer than every stage-0 forward (then a transfer always ends
+    before the next forward does, so a microbatch's activation arrives its transfer after its
+    forward ends, whatever came before)."""
+    if problem.S != 2:
+        return False
+    tb = problem.tables()
+    return bool(tb.act[0][1:].max() <= tb.fwd[0][1:].min())
+
+
+def two_stage_recompute(problem: Problem, upper: float = INF, deadline: float | None = None,
+                        capacity: int = RECOMPUTE_CAPACITY) -> TwoStage:
+    """The least ``T`` below ``upper`` over every recompute plan and order of a two-stage
+    ``problem`` whose transfers are never longer than a forward (docs/CERTIFY.md "Two stages in
+    recompute mode"), and a plan that reaches it; ``finished`` False when ``deadline`` (a
+    ``time.perf_counter()`` value) or ``capacity`` states stopped it first.
+
+    The states of :func:`two_stage_recompute_bound` with stage 0's backward composition exact:
+    ``(p, c, k, x, fresh)``, ``x`` the first sample of stage 0's open backward microbatch, and
+    ``(E, X, E + W, M, end1, G)`` with ``W`` the cost of stage 0's closed backward microbatches
+    and ``M = max over them of (gradient arrival + the backwards from it on)`` so far, so that
+    stage 0 ends at ``max(E + W, M)`` once every sample is closed. A stage-1 backward ``[k, k2)``
+    delivers the gradients of ``[k, k2)`` at ``G2``; stage 0's microbatch ``[x, y)`` with
+    ``k < y <= k2`` may close on it (``M = max(M, G2) + cost``: it starts after ``G2`` and after
+    the backwards before it), and the microbatches after it ending by ``k2`` (``fresh``) only add
+    their cost, the cheapest composition. Compiled (numba)."""
+    from ._two_stage_kernels import run_layer
+
+    B = problem.B
+    cs = _costs(problem, "recompute")
+    f0, f1, r0, r1, act, grad = (cs[k] for k in ("f0", "f1", "b0", "b1", "act", "grad"))
+    if not recompute_program_applies(problem):
+        raise ValueError("the exact recompute program needs two stages and every activation "
+                         "transfer no longer than every stage-0 forward")
+    least = cs["least"]
+    rest = [least[k][::-1] for k in ("f0", "b0", "f1", "b1")]
+    W = max(B + 1, 6)
+    tb = np.zeros((5, W))
+    for j, r in enumerate(rest):
+        tb[j, :B + 1] = r
+    tb[4, :6] = (min(act[1:]), min(f1[1:]), min(r1[1:]), min(grad[1:]), cs["opt0"],
+                 cs["opt1"])
+    lf0, parts_f0 = _least_parts(f0, B)
+    lb0, parts_b0 = _least_parts(r0, B)
+    costs = np.array([f0, f1, r0, r1, act, grad], dtype=np.float64)
+    n_keys = (B + 1) ** 4 * 2
+    st = (np.empty((capacity, 6)), np.empty(capacity, np.int64), np.empty(capacity, np.int32),
+          np.zeros(capacity, np.bool_), np.empty(capacity, np.int32),
+          np.empty(capacity, np.int8), np.empty((capacity, 3), np.int16),
+          np.full(n_keys, -1, np.int32), np.full(n_keys, -2, np.int64),
+          np.full(2 * B + 1, -1, np.int64), np.zeros(1, np.int64))
+    head = st[7]
+    # the start: nothing run, stage 0's open backward at 0
+    st[0][0] = (0.0, 0.0, 0.0, -INF, 0.0, 0.0)
+    st[1][0] = 0
+    st[2][0] = -1
+    st[3][0] = True
+    st[4][0] = -1
+    st[5][0] = -1
+    head[0] = 0
+    st[8][0] = -1
+    st[9][0] = 0
+    st[10][0] = 1
+    best, best_i = INF, -1
+    for L in range(2 * B + 1):
+        if deadline is not None and time.perf_counter() > deadline:
+            return TwoStage(INF, None, False, {"states": int(st[10][0])})
+        T, i, status = run_layer(L, B, costs, np.array(lf0), np.array(lb0), tb, upper, st)
+        if status < 0:
+            return TwoStage(INF, None, False, {"states": int(st[10][0]), "full": True})
+        if T < best:
+            best, best_i = T, i
+    plan = None
+    if best_i >= 0:
+        sizes: dict[str, list[int]] = {"P0": [], "Q0": [], "P1": [], "Q1": []}
+        i = best_i
+        parent, kind, arg = st[4], st[5], st[6]
+        while i >= 0 and kind[i] >= 0:
+            a = [int(x) for x in arg[i]]
+            if kind[i] == 0:
+                sizes["P1"].append(a[0])
+            elif kind[i] == 1:
+                sizes["P1"].append(a[2])
+                sizes["P0"].append(a[1])
+                sizes["P0"].extend(reversed(parts_f0[a[0]]))
+            elif kind[i] == 2:
+                if a[1]:
+                    sizes["Q0"].append(a[1])
+                sizes["Q1"].append(a[0])
+            else:
+                sizes["Q0"].extend(reversed(parts_b0[a[0]]))
+            i = int(parent[i])
+        P = (tuple(reversed(sizes["P0"])), tuple(reversed(sizes["P1"])))
+        Q = (tuple(reversed(sizes["Q0"])), tuple(reversed(sizes["Q1"])))
+        plan = Plan(P, Q, "recompute")
+    return TwoStage(best, plan, True, {"states": int(st[10][0])})

@@ -19,9 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "order of a stage's operations the dependencies allow (the capped family and 1F1B "
         "included); gpipe: all forwards before the first backward. --record stores the "
         "bounds in the best-known file (and a better plan of the capped family, when the "
-        "solver's order is one). Two-stage problems under --order any: stash mode is solved "
-        "exactly by a dynamic program instead of the solver, recompute mode first gets a "
-        "dynamic-program bound (docs/CERTIFY.md). Needs the extra 'certify' (pip install "
+        "solver's order is one). Two-stage problems under --order any are solved exactly by a "
+        "dynamic program instead of the solver (recompute mode: when no transfer is longer "
+        "than a stage-0 forward; otherwise, or when it does not finish, a dynamic-program "
+        "bound first) (docs/CERTIFY.md). Needs the extra 'certify' (pip install "
         "'umpipe-bench[certify]').",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
