@@ -4,6 +4,7 @@ and whether a correction per schedule learned from other sittings would rank the
 (docs/TORCH-SCHEDULES.md §7b).
 
     python scripts/schedule_class_bias.py SITTING_DIR... [--workloads W,...]
+    python scripts/schedule_class_bias.py --probes SITTING_DIR...
 
 SITTING_DIR: folders of ``scripts/torch_schedules_sitting.sh`` (``results/real/torch-schedules/
 SITTING``), each holding per workload ``W.runtime.json`` (the calibrated problem),
@@ -15,6 +16,12 @@ out); then, per sitting, Spearman of the picks' predicted and measured times as 
 with each schedule's mean residual over the *other* sittings taken out (leave one sitting out:
 no sitting's correction comes from its own launches), and the measurement's own agreement: each
 launch's pick times against the median of the other launches'.
+
+``--probes``: for sittings whose calibration ran the schedule probes (``--probes`` of
+``scripts/torch_schedules_sitting.sh``), the calibration refitted with and without the probes'
+actions (``scripts/runtime_calibration.py fit`` on the entries file as run and with the probes
+left out, into a temporary folder), and each fit's Spearman over every measured entry of the
+sitting's launches and its median error.
 """
 
 from __future__ import annotations
@@ -56,6 +63,49 @@ def _sitting(folder: Path, w: str) -> tuple[list[str], np.ndarray, np.ndarray, n
     return [e["schedule"] for e in picks], T, meas, per
 
 
+def _probes_ab(folder: Path, w: str) -> str | None:
+    """One workload of a sitting: ``with probes: Spearman, error | without: ...``."""
+    import subprocess
+    import tempfile
+
+    from umpipe_bench.registry import get_problem
+    from umpipe_bench.runtime.calibration import schedule_probes
+    from umpipe_bench.runtime.stats import spearman
+    from umpipe_bench.runtime.torch_entries import predict_rows
+
+    cal_dir = ROOT / "results/real/runtime-calibration" / folder.name
+    cal_file = cal_dir / f"{w}.cal.json"
+    runs = sorted(folder.glob(f"{w}.run[0-9]*.json"))
+    if not cal_file.exists() or not runs:
+        return None
+    cal = json.loads(cal_file.read_text(encoding="utf-8"))
+    P = get_problem(cal["workload"])
+    probes = {_label(e) for e in schedule_probes(P.S, P.B)}
+    if not any(_label(e) in probes for e in cal["entries"]):
+        return f"{w}: its calibration ran no probes"
+    launches = [json.loads(p.read_text(encoding="utf-8"))["summary"]["rows"] for p in runs]
+    rows = launches[0]
+    meas = np.median([[{r["label"]: r["median"] for r in x}[r0["label"]] for r0 in rows]
+                      for x in launches], axis=0)
+    out = [w]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, keep in (("with probes", True), ("without", False)):
+            spec = dict(cal, entries=[e for e in cal["entries"]
+                                      if keep or _label(e) not in probes])
+            f = Path(tmp, "cal.json")
+            f.write_text(json.dumps(spec), encoding="utf-8")
+            prob = Path(tmp, f"{w}.runtime.json")
+            subprocess.run([sys.executable, str(ROOT / "scripts/runtime_calibration.py"), "fit",
+                            str(f), "--ops", str(cal_dir / w), "--exchange",
+                            str(cal_dir / w / "exchange.json"), "--out", str(prob)],
+                           check=True, capture_output=True)
+            pred = predict_rows(str(prob), rows, 0.0)
+            err = float(np.median([abs(a - b) / b for a, b in zip(pred, meas)]))
+            out.append(f"{name}: Spearman {spearman(list(pred), list(meas)):.3f} over "
+                       f"{len(rows)} entries, median error {100 * err:.1f} %")
+    return " | ".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     from umpipe_bench.runtime.stats import spearman
 
@@ -63,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("sittings", nargs="+", help="sitting folders")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--probes", action="store_true", help="instead: the calibration refitted "
+                    "with and without the schedule probes' actions")
     a = ap.parse_args(argv)
     folders = [Path(s) for s in a.sittings]
     for f in folders:
@@ -70,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: SITTING_DIR: no folder {f}", file=sys.stderr)
             return 2
     names = [f.name for f in folders]
+    if a.probes:
+        for f in folders:
+            for w in a.workloads.split(","):
+                line = _probes_ab(f, w)
+                if line:
+                    print(f"- {f.name} {line}")
+        return 0
     for w in a.workloads.split(","):
         data = {f.name: _sitting(f, w) for f in folders}
         data = {k: v for k, v in data.items() if v is not None}

@@ -388,3 +388,10 @@ def test_schedule_probes_are_every_other_schedule_balanced_where_torch_accepts_i
             assert ("dualpipev", 2, 4) in got and ("dualpipev", 2, 2) not in got  # M >= 2D
         else:
             assert {M for _, _, M in got} == {2} and "dualpipev" not in {s for s, _, _ in got}
+
+
+def test_schedule_class_bias_refuses_a_missing_sitting_in_one_line(tmp_path, capsys):
+    scb = _script("schedule_class_bias")
+    assert scb.main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "SITTING_DIR" in err and "\n" not in err
