@@ -75,34 +75,26 @@ def _insert(p, c, k, x, fresh, v, par, kd, a0, a1, a2, B, tb, upper, st):  # pra
     prev = -1
     i = head[key]
     while i >= 0:
-        if not alive[i]:
-            j = nxt[i]
-            if prev < 0:
-                head[key] = j
-            else:
-                nxt[prev] = j
-            i = j
-            continue
-        le = True
-        ge = True
-        for j in range(6):
-            if vec[i, j] > v[j]:
-                le = False
-            if v[j] > vec[i, j]:
-                ge = False
-        if le:
-            return 0
-        if ge:
-            alive[i] = False
-            j = nxt[i]
-            if prev < 0:
-                head[key] = j
-            else:
-                nxt[prev] = j
-            i = j
-            continue
-        prev = i
-        i = nxt[i]
+        if alive[i]:
+            le = True
+            ge = True
+            for j in range(6):
+                if vec[i, j] > v[j]:
+                    le = False
+                if v[j] > vec[i, j]:
+                    ge = False
+            if le:
+                return 0
+            if ge:
+                alive[i] = False
+        j = nxt[i]
+        if alive[i]:
+            prev = i
+        elif prev < 0:  # unlink a dead state
+            head[key] = j
+        else:
+            nxt[prev] = j
+        i = j
     n = counts[0]
     if n >= vec.shape[0]:
         return -1
