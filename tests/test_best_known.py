@@ -195,3 +195,35 @@ def test_bounds_recorded_by_two_processes_at_once_are_all_kept(tmp_path):
     book = bk.BestKnown(f)
     for _f, key, lo, hi, n in jobs:
         assert book.entries[key].bound == lo + (hi - lo) * (n - 1) / n
+
+
+def test_prove_reproves_a_bound_over_the_orders_it_was_proven_for(tmp_path, monkeypatch):
+    """``check --prove``: a bound proven over every order (``order=any``) is proven again over
+    every order, also on a gpipe-family entry (it bounds that family too); an ``order=gpipe``
+    bound over GPipe orders."""
+    from umpipe_bench.bound import lower_bound
+    from umpipe_bench.certify import solve
+
+    f = tmp_path / "best_known.json"
+    c, _ = _candidate(tmp_path, 3, name="m3")
+    bk.update([c], f)
+    lb = lower_bound(get_problem(PROBLEM), "stash")
+    seen = []
+
+    class Done:
+        bound = float("inf")
+
+    def fake_certify(problem, mode, *, order, **kwargs):
+        seen.append(order)
+        return Done()
+
+    monkeypatch.setattr(solve, "certify", fake_certify)
+    for i, (family, by, want) in enumerate((("gpipe", "cpsat order=any optimal", "any"),
+                                            ("gpipe", "two-stage dp order=any optimal", "any"),
+                                            ("gpipe", "cpsat order=gpipe feasible", "gpipe"),
+                                            ("capped", "cpsat order=any feasible", "any"))):
+        e = bk.record_bound((PROBLEM, "stash", family), lb * (1 + 1e-4 * (i + 1)), by, f)
+        assert e.bound_by == by
+        seen.clear()
+        assert bk.check(f, prove=1.0) == []
+        assert want in seen, (family, by, seen)

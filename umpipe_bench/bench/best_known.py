@@ -315,7 +315,8 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None,
     if prove is not None and e.bound_by.startswith(("cpsat", "two-stage dp")):
         from ..certify.solve import certify
 
-        order = "gpipe" if e.family == "gpipe" else "any"
+        # the order the bound was proven over (an order-any bound bounds the gpipe family too)
+        order = "gpipe" if "order=gpipe" in e.bound_by else "any"
         hints, decide = None, 0.0
         # the two-stage program prunes at the entry's value; decisions start below it
         program, decided = e.bound_by.startswith("two-stage dp"), e.bound_by.endswith(" decide")
