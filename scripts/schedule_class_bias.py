@@ -21,7 +21,9 @@ launch's pick times against the median of the other launches'.
 ``scripts/torch_schedules_sitting.sh``), the calibration refitted with and without the probes'
 actions (``scripts/runtime_calibration.py fit`` on the entries file as run and with the probes
 left out, into a temporary folder), and each fit's Spearman over every measured entry of the
-sitting's launches and its median error.
+sitting's launches and its median error; then each probed schedule's factor (its probes'
+measured over simulated iteration time in the calibration run, over GPipe's) and the picks'
+Spearman with every prediction times its schedule's factor.
 """
 
 from __future__ import annotations
@@ -103,7 +105,39 @@ def _probes_ab(folder: Path, w: str) -> str | None:
             err = float(np.median([abs(a - b) / b for a, b in zip(pred, meas)]))
             out.append(f"{name}: Spearman {spearman(list(pred), list(meas)):.3f} over "
                        f"{len(rows)} entries, median error {100 * err:.1f} %")
+    factors = _probe_factors(cal, P, cal_dir / w, folder / f"{w}.runtime.json")
+    picks = json.loads((folder / f"{w}.runtime-pred.json").read_text(encoding="utf-8"))["entries"]
+    pm = np.median([[{r["label"]: r["median"] for r in x}[_label(e)] for e in picks]
+                    for x in launches], axis=0)
+    pt = np.array(predict_rows(str(folder / f"{w}.runtime.json"), picks, 0.0))
+    pf = pt * np.array([factors.get(e["schedule"], 1.0) for e in picks])
+    out.append("probes' factors " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(factors.items()))
+               + f"; picks ranked {spearman(list(pt), list(pm)):.3f} as predicted, "
+               f"{spearman(list(pf), list(pm)):.3f} times the factors")
     return " | ".join(out)
+
+
+def _probe_factors(cal: dict, P, ops_dir: Path, runtime: Path) -> dict[str, float]:
+    """Per probed schedule: the median over its probes of the calibration run's iteration time
+    (per iteration the later rank's wall, median over iterations) over the calibrated model's,
+    over the same ratio's median over the GPipe entries."""
+    from umpipe_bench.runtime.calibration import schedule_probes
+    from umpipe_bench.runtime.torch_entries import predict_rows
+
+    ranks = [json.loads((ops_dir / f"ops.r{k}.json").read_text(encoding="utf-8"))
+             for k in (0, 1)]
+    probes = {_label(e) for e in schedule_probes(P.S, P.B)}
+    timed = [e for e in cal["entries"] if e["schedule"] == "gpipe" or _label(e) in probes]
+    sim = predict_rows(str(runtime), timed, 0.0)
+    ratios: dict[str, list[float]] = {}
+    for e, t in zip(timed, sim):
+        its = [r.get(_label(e)) or [] for r in ranks]
+        n = min(len(x) for x in its)
+        if n:
+            wall = float(np.median([max(x[i]["wall"] for x in its) for i in range(n)]))
+            ratios.setdefault(e["schedule"], []).append(wall / t)
+    ref = float(np.median(ratios.pop("gpipe")))
+    return {k: float(np.median(v)) / ref for k, v in ratios.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
