@@ -37,13 +37,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from torch_schedule_ops import _label  # noqa: E402  (the entry label the launches use)
 
 WORKLOADS = ("gpt1-mini-b16-l14", "gpt1-mini-b16-seq64-l14", "vgg16-mini-b16-l16",
              "vgg16-mini-b16-px64-l16")
-
-
-def _label(e: dict) -> str:
-    return f"{e['schedule']}:M{e['M']}:" + "-".join(map(str, e["partition"]))
 
 
 def _sitting(folder: Path, w: str) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None:

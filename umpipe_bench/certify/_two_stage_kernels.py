@@ -1,13 +1,13 @@
 """The compiled (numba) layer step of the exact two-stage recompute program
 (:func:`.two_stage.two_stage_recompute`; docs/CERTIFY.md "Two stages in recompute mode").
 
-States live in flat arrays: ``vec[i]`` = ``(E, X, E + W, M, end1, G)``, ``key[i]`` (the index
-of ``(p, c, k, x, fresh)``), ``nxt[i]`` (the next state of the same key, -1 at the end),
-``alive[i]``, and for the plan, ``parent[i]``, ``kind[i]`` and ``arg[i, :]``. ``head[key]`` is
-the first state of a key, ``lnext[key]`` the next key of the same layer ``c + k`` (``lhead``
-per layer). Every insertion keeps each key's states a Pareto set: a vector no smaller in all
-six components than a living one of the key is dropped, and the living ones it is no larger
-than die.
+States live in flat arrays: ``vec[i]`` = ``(E, X, E + W, M, end1, G)``, ``nxt[i]`` (the next
+state of the same key, -1 at the end), ``alive[i]``, and for the plan, ``parent[i]``,
+``kind[i]`` and ``arg[i, :]``. A key is the index of ``(p, c, k, x, fresh)``; ``head[key]`` is
+its first state, ``lnext[key]`` the next key of the same layer ``c + k`` (-2: not met yet;
+``lhead`` per layer). Every insertion keeps each key's states a Pareto set: a vector no
+smaller in all six components than a living one of the key is dropped, and the living ones it
+is no larger than die.
 
 Step kinds (``arg``): 0 stage 1 forwards ``[c, d)`` (``d - c``); 1 stage 0 forwards
 ``[p, a2)`` at its cheapest then ``[a2, p2)`` and stage 1 ``[c, d)`` (``a2 - p``, ``p2 - a2``,
@@ -65,7 +65,7 @@ def _bound(p, c, k, x, fresh, v, B, tb):  # pragma: no cover - compiled
 def _insert(p, c, k, x, fresh, v, par, kd, a0, a1, a2, B, tb, upper, st):  # pragma: no cover
     """Insert a candidate state; ``st`` holds the arrays and counters (see run_layer). Returns
     -1 when the arrays are full, else 0."""
-    (vec, keyarr, nxt, alive, parent, kind, arg, head, lnext, lhead, counts) = st
+    (vec, nxt, alive, parent, kind, arg, head, lnext, lhead, counts) = st
     if _bound(p, c, k, x, fresh, v, B, tb) >= upper:
         return 0
     key = _encode(p, c, k, x, fresh, B)
@@ -100,7 +100,6 @@ def _insert(p, c, k, x, fresh, v, par, kd, a0, a1, a2, B, tb, upper, st):  # pra
         return -1
     for j in range(6):
         vec[n, j] = v[j]
-    keyarr[n] = key
     parent[n] = par
     kind[n] = kd
     arg[n, 0] = a0
@@ -122,7 +121,7 @@ def run_layer(L, B, costs, lf0, lb0, tb, upper, st):  # pragma: no cover - compi
     """Expand every living state of layer ``L`` (``c + k = L``): first the fresh closes (into
     this layer), then every step to later layers; final states (``k = B``) give candidate T.
     Returns ``(best T, its state, status)``: status 0 done, -1 arrays full."""
-    vec, nxt, alive, head, lnext, lhead = st[0], st[2], st[3], st[7], st[8], st[9]
+    vec, nxt, alive, head, lnext, lhead = st[0], st[1], st[2], st[6], st[7], st[8]
     f0, f1, r0, r1, act, grad = costs[0], costs[1], costs[2], costs[3], costs[4], costs[5]
     opt0, opt1 = tb[4, 4], tb[4, 5]
     n1 = B + 1
@@ -204,7 +203,7 @@ def run_layer(L, B, costs, lf0, lb0, tb, upper, st):  # pragma: no cover - compi
                             X2 = E2 + act[p2 - a2]
                             v[0] = E2
                             v[1] = X2
-                            v[2] = EW + (E2 - E)
+                            v[2] = EW + g
                             v[3] = M
                             v[4] = max(end1, X2) + f1[d - c]
                             v[5] = G

@@ -237,20 +237,16 @@ def two_stage_recompute_bound(problem: Problem, upper: float = INF,
 RECOMPUTE_CAPACITY = 40_000_000
 
 
-def _least_parts(cost: list[float], n: int) -> tuple[list[float], list[list[int]]]:
-    """The least cost of ``m`` consecutive samples in microbatches of costs ``cost[size]``, for
-    ``m = 0..n``, and one composition reaching it."""
-    best = [0.0] + [INF] * n
-    choice = [0] * (n + 1)
-    for m in range(1, n + 1):
-        for s in range(1, m + 1):
-            c = best[m - s] + cost[s]
-            if c < best[m]:
-                best[m], choice[m] = c, s
-    parts: list[list[int]] = [[]]
-    for m in range(1, n + 1):
-        parts.append(parts[m - choice[m]] + [choice[m]])
-    return best, parts
+def _cheapest_parts(cost: list[float], least: list[float], m: int) -> list[int]:
+    """A composition of ``m`` samples whose microbatch costs ``cost[size]`` sum to ``least[m]``
+    (the least cost, :func:`umpipe_bench.bound.min_composition_costs`), first microbatch
+    first."""
+    parts: list[int] = []
+    while m:
+        q = min(range(1, m + 1), key=lambda q: least[m - q] + cost[q])
+        parts.append(q)
+        m -= q
+    return parts[::-1]
 
 
 def recompute_program_applies(problem: Problem) -> bool:
@@ -282,12 +278,12 @@ def two_stage_recompute(problem: Problem, upper: float = INF, deadline: float | 
     their cost, the cheapest composition. Compiled (numba)."""
     from ._two_stage_kernels import run_layer
 
-    B = problem.B
-    cs = _costs(problem, "recompute")
-    f0, f1, r0, r1, act, grad = (cs[k] for k in ("f0", "f1", "b0", "b1", "act", "grad"))
     if not recompute_program_applies(problem):
         raise ValueError("the exact recompute program needs two stages and every activation "
                          "transfer no longer than every stage-0 forward")
+    B = problem.B
+    cs = _costs(problem, "recompute")
+    f0, f1, r0, r1, act, grad = (cs[k] for k in ("f0", "f1", "b0", "b1", "act", "grad"))
     least = cs["least"]
     rest = [least[k][::-1] for k in ("f0", "b0", "f1", "b1")]
     W = max(B + 1, 6)
@@ -296,41 +292,33 @@ def two_stage_recompute(problem: Problem, upper: float = INF, deadline: float | 
         tb[j, :B + 1] = r
     tb[4, :6] = (min(act[1:]), min(f1[1:]), min(r1[1:]), min(grad[1:]), cs["opt0"],
                  cs["opt1"])
-    lf0, parts_f0 = _least_parts(f0, B)
-    lb0, parts_b0 = _least_parts(r0, B)
+    lf0, lb0 = np.array(least["f0"]), np.array(least["b0"])
     costs = np.array([f0, f1, r0, r1, act, grad], dtype=np.float64)
     n_keys = (B + 1) ** 4 * 2
-    st = (np.empty((capacity, 6)), np.empty(capacity, np.int64), np.empty(capacity, np.int32),
-          np.zeros(capacity, np.bool_), np.empty(capacity, np.int32),
-          np.empty(capacity, np.int8), np.empty((capacity, 3), np.int16),
-          np.full(n_keys, -1, np.int32), np.full(n_keys, -2, np.int64),
-          np.full(2 * B + 1, -1, np.int64), np.zeros(1, np.int64))
-    head = st[7]
-    # the start: nothing run, stage 0's open backward at 0
-    st[0][0] = (0.0, 0.0, 0.0, -INF, 0.0, 0.0)
-    st[1][0] = 0
-    st[2][0] = -1
-    st[3][0] = True
-    st[4][0] = -1
-    st[5][0] = -1
-    head[0] = 0
-    st[8][0] = -1
-    st[9][0] = 0
-    st[10][0] = 1
+    # vec, nxt, alive, parent, kind, arg, head, lnext, lhead, counts (_two_stage_kernels)
+    st = (np.empty((capacity, 6)), np.empty(capacity, np.int32), np.zeros(capacity, np.bool_),
+          np.empty(capacity, np.int32), np.empty(capacity, np.int8),
+          np.empty((capacity, 3), np.int16), np.full(n_keys, -1, np.int32),
+          np.full(n_keys, -2, np.int64), np.full(2 * B + 1, -1, np.int64),
+          np.zeros(1, np.int64))
+    vec, nxt, alive, parent, kind, arg, head, lnext, lhead, counts = st
+    # the start: nothing run, stage 0's open backward at 0 (key 0, layer 0)
+    vec[0] = (0.0, 0.0, 0.0, -INF, 0.0, 0.0)
+    nxt[0], alive[0], parent[0], kind[0] = -1, True, -1, -1
+    head[0], lnext[0], lhead[0], counts[0] = 0, -1, 0, 1
     best, best_i = INF, -1
     for L in range(2 * B + 1):
         if deadline is not None and time.perf_counter() > deadline:
-            return TwoStage(INF, None, False, {"states": int(st[10][0])})
-        T, i, status = run_layer(L, B, costs, np.array(lf0), np.array(lb0), tb, upper, st)
+            return TwoStage(INF, None, False, {"states": int(counts[0])})
+        T, i, status = run_layer(L, B, costs, lf0, lb0, tb, upper, st)
         if status < 0:
-            return TwoStage(INF, None, False, {"states": int(st[10][0]), "full": True})
+            return TwoStage(INF, None, False, {"states": int(counts[0]), "full": True})
         if T < best:
             best, best_i = T, i
     plan = None
     if best_i >= 0:
         sizes: dict[str, list[int]] = {"P0": [], "Q0": [], "P1": [], "Q1": []}
         i = best_i
-        parent, kind, arg = st[4], st[5], st[6]
         while i >= 0 and kind[i] >= 0:
             a = [int(x) for x in arg[i]]
             if kind[i] == 0:
@@ -338,15 +326,15 @@ def two_stage_recompute(problem: Problem, upper: float = INF, deadline: float | 
             elif kind[i] == 1:
                 sizes["P1"].append(a[2])
                 sizes["P0"].append(a[1])
-                sizes["P0"].extend(reversed(parts_f0[a[0]]))
+                sizes["P0"].extend(reversed(_cheapest_parts(f0, least["f0"], a[0])))
             elif kind[i] == 2:
                 if a[1]:
                     sizes["Q0"].append(a[1])
                 sizes["Q1"].append(a[0])
             else:
-                sizes["Q0"].extend(reversed(parts_b0[a[0]]))
+                sizes["Q0"].extend(reversed(_cheapest_parts(r0, least["b0"], a[0])))
             i = int(parent[i])
         P = (tuple(reversed(sizes["P0"])), tuple(reversed(sizes["P1"])))
         Q = (tuple(reversed(sizes["Q0"])), tuple(reversed(sizes["Q1"])))
         plan = Plan(P, Q, "recompute")
-    return TwoStage(best, plan, True, {"states": int(st[10][0])})
+    return TwoStage(best, plan, True, {"states": int(counts[0])})
