@@ -233,7 +233,7 @@ def two_stage_recompute_bound(problem: Problem, upper: float = INF,
     return TwoStage(best, None, True, {"states": kept[0], "front": kept[1]})
 
 
-#: states the exact recompute program holds at most (about 80 bytes each)
+#: states the exact recompute program holds at most (about 64 bytes each)
 RECOMPUTE_CAPACITY = 40_000_000
 
 
