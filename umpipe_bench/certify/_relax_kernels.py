@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["backward_release", "forward_release", "forward_tails", "stage_min_time", "tails"]
+__all__ = ["backward_release", "chain_min_time", "chain_release", "chain_tails", "forward_release",
+           "forward_tails", "stage_min_time", "tails", "tied_backward_release"]
 
 INF = np.inf
 
@@ -162,6 +163,130 @@ def stage_min_time(fwd, back, relf, relb, grad, lam, opt, ftail, lo, hi,
         if mid <= lo or mid >= hi:
             break
         if _feasible(mid, fwd, back, relf, relb, grad, lam, opt, ftail, V):
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
+# ------------------------------------------------------------- the last stage in stash mode
+# In stash mode a stage's backward sizes are its forward sizes, and the last stage may run
+# every backward right after its own forward (docs/CERTIFY.md "The last stage in stash mode"):
+# its operations are a chain F(1) B(1) F(2) B(2) ... over one composition.
+
+
+@njit(cache=True, nogil=True)
+def chain_release(fwd, back, grad, rel):  # pragma: no cover - compiled
+    """``out[t]``: the earliest arrival upstream of the gradient carrying sample ``t`` from a
+    chain stage whose forward ``[c, d)`` is released at ``rel[d - 1]``."""
+    B = rel.shape[0]
+    phi = np.full(B + 1, INF)  # earliest end of the chain through boundary d
+    phi[0] = 0.0
+    out = np.full(B, INF)
+    for d in range(1, B + 1):
+        for c in range(d):
+            e = max(phi[c], rel[d - 1]) + fwd[d - c] + back[d - c]
+            if e < phi[d]:
+                phi[d] = e
+            o = e + grad[d - c]
+            for t in range(c, d):
+                if o < out[t]:
+                    out[t] = o
+    return out
+
+
+@njit(cache=True, nogil=True)
+def chain_tails(fwd, back, grad, lam, opt):  # pragma: no cover - compiled
+    """For a stage whose backward sizes are its forward sizes: ``ftail[a, b]``, the least time
+    from the end of the forward ``[a, b)`` to the end of the iteration (its backward and the
+    forward and backward of every later microbatch, one at a time, a gradient sent for
+    ``[c, d)`` arriving below after ``grad[d - c]`` and leaving at least ``lam[c]`` there,
+    ``opt`` at the end), and ``kappa[t]``, the same from the arrival of sample ``t``'s
+    activation (the forward carrying ``t`` first)."""
+    B = lam.shape[0]
+    mu = np.full(B + 1, INF)  # from the start of the forward of a microbatch starting at c
+    mu[B] = opt
+    for c in range(B - 1, -1, -1):
+        for d in range(c + 1, B + 1):
+            v = fwd[d - c] + back[d - c] + max(mu[d], grad[d - c] + lam[c])
+            if v < mu[c]:
+                mu[c] = v
+    ftail = np.full((B + 1, B + 1), -INF)
+    kappa = np.full(B, INF)
+    for c in range(B):
+        for d in range(c + 1, B + 1):
+            ftail[c, d] = back[d - c] + max(mu[d], grad[d - c] + lam[c])
+            v = fwd[d - c] + ftail[c, d]
+            for t in range(c, d):
+                if v < kappa[t]:
+                    kappa[t] = v
+    return ftail, kappa
+
+
+@njit(cache=True, nogil=True)
+def tied_backward_release(fwd, back, grad, relf, relb):  # pragma: no cover - compiled
+    """:func:`backward_release` for a stage whose backward sizes are its forward sizes: the
+    backward ``[c, d)`` starts after the forward ``[c, d)`` itself, which starts after the
+    forwards ending at ``c`` and the arrival ``relf[d - 1]``."""
+    B = relf.shape[0]
+    phi = np.full(B + 1, INF)  # earliest end of a forward ending exactly at boundary b
+    phi[0] = 0.0
+    for b in range(1, B + 1):
+        for a in range(b):
+            e = max(phi[a], relf[b - 1]) + fwd[b - a]
+            if e < phi[b]:
+                phi[b] = e
+    beta = np.full(B + 1, INF)
+    beta[0] = 0.0
+    out = np.full(B, INF)
+    for d in range(1, B + 1):
+        for c in range(d):
+            own = max(phi[c], relf[d - 1]) + fwd[d - c]
+            e = max(beta[c], own, relb[d - 1]) + back[d - c]
+            if e < beta[d]:
+                beta[d] = e
+            o = e + grad[d - c]
+            for t in range(c, d):
+                if o < out[t]:
+                    out[t] = o
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _chain_feasible(target, fwd, back, relf, grad, lam, opt, V):  # pragma: no cover
+    B = relf.shape[0]
+    V[:] = INF
+    V[0] = 0.0
+    for c in range(B):
+        v = V[c]
+        if v == INF:
+            continue
+        for d in range(c + 1, B + 1):
+            e = max(v, relf[d - 1]) + fwd[d - c] + back[d - c]
+            if e + grad[d - c] + lam[c] > target:
+                continue
+            if d == B and e + opt > target:
+                continue
+            if e < V[d]:
+                V[d] = e
+    return V[B] < INF
+
+
+@njit(cache=True, nogil=True)
+def chain_min_time(fwd, back, relf, grad, lam, opt, lo, hi, iters):  # pragma: no cover
+    """:func:`stage_min_time` for a chain stage: the largest target ``T`` (within ``iters``
+    bisection steps of ``[lo, hi]``) at which no chain ``F(1) B(1) F(2) B(2) ...`` over a
+    composition, each forward ``[c, d)`` released at ``relf[d - 1]``, ends every backward
+    ``[c, d)`` ``grad[d - c] + lam[c]`` before ``T`` and the last ``opt`` before it."""
+    B = relf.shape[0]
+    V = np.empty(B + 1)
+    while not _chain_feasible(hi, fwd, back, relf, grad, lam, opt, V):
+        hi = 2.0 * hi + 1e-12
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        if _chain_feasible(mid, fwd, back, relf, grad, lam, opt, V):
             hi = mid
         else:
             lo = mid

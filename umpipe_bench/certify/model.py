@@ -118,7 +118,7 @@ def build(problem: Problem, mode: str, unit: float, horizon: int, order: str = "
     H = int(horizon)
     rng = _ranges(B)
     # the stage relaxation on the same integer costs: releases as domains, tails as cuts
-    rx = relax_tables(fi, ci, ai, gi, oi, 0.0)
+    rx = relax_tables(fi, ci, ai, gi, oi, 0.0, tied=mode == "stash")
 
     def ivar(name: str, lo: float = 0.0) -> Any:
         return cp.new_int_var(min(int(lo), H), H, name)

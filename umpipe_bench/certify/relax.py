@@ -16,8 +16,11 @@ release and tail times computed by dynamic programs over compositions
 For stage ``s`` a DP over states (samples forwarded, samples backwarded) finds the least
 ``T`` at which some order of its operations (forwards and backwards each in sample order, any
 sizes, every backward after its own forward) meets those releases and tails; that ``T`` is at
-most every schedule's ``T``. In stash mode the backward sizes are not tied to the forward ones
-and a backward costs ``min(bwd, bwd * bwd_far)``: both only lower the bound.
+most every schedule's ``T``. In stash mode a backward costs ``min(bwd, bwd * bwd_far)``, and
+the backward sizes are not tied to the forward ones on any stage but the last: both only
+lower the bound. The last stage in stash mode (``tied``) is a chain ``F(1) B(1) F(2) B(2) ...``
+over one composition (docs/CERTIFY.md "The last stage in stash mode"), which also raises the
+gradient releases of the stage above it and the tails of its activations.
 
 The DPs take ``O(S B^3)`` steps; :data:`MAX_WORK` keeps the bound to problems where that is
 a fraction of a second (larger ones get ``None``, and :func:`umpipe_bench.bound.lower_bound`
@@ -46,13 +49,15 @@ def relaxed_bound(problem: Problem, mode: str, lo: float) -> float | None:
         return None
     tb = problem.tables()
     back = np.minimum(tb.backward(mode), tb.backward_far(mode))
-    return relax_tables(tb.fwd, back, tb.act, tb.grad, tb.opt, lo)["bound"]
+    return relax_tables(tb.fwd, back, tb.act, tb.grad, tb.opt, lo, tied=mode == "stash")["bound"]
 
 
 def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.ndarray,
-                 opt: np.ndarray, lo: float) -> dict:
+                 opt: np.ndarray, lo: float, tied: bool = False) -> dict:
     """The relaxation on cost tables (``[S, B+1]``; ``act``, ``grad``: ``[S-1, B+1]``):
-    ``rho``, ``fend``, ``sigma``, ``lam`` per stage (module docstring) and ``bound``."""
+    ``rho``, ``fend``, ``sigma``, ``lam``, ``kappa`` per stage, ``ftail[s][a, b]`` (the least
+    time from the end of stage ``s``'s forward ``[a, b)`` to the end) and ``bound``.
+    ``tied``: the backward sizes are the forward ones (stash mode), used on the last stage."""
     from . import _relax_kernels as k
 
     fwd = np.ascontiguousarray(fwd, dtype=np.float64)
@@ -71,6 +76,12 @@ def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.nd
     sigma = [np.zeros(B) for _ in range(S)]
     for s in range(S - 1, 0, -1):
         sigma[s - 1] = k.backward_release(back[s], grad[s], fend[s], sigma[s])
+        if tied:  # each is a lower bound: the largest
+            sigma[s - 1] = np.maximum(sigma[s - 1], k.tied_backward_release(
+                fwd[s], back[s], grad[s], rho[s], sigma[s]))
+            if s == S - 1:
+                sigma[s - 1] = np.maximum(sigma[s - 1], k.chain_release(fwd[s], back[s],
+                                                                         grad[s], rho[s]))
     lam = [np.full(B, -np.inf)]  # lam[s + 1]: tails of stage s (lam[0]: none below 0)
     for s in range(S):
         lam.append(k.tails(back[s], grad[s], lam[s], opt[s]))
@@ -78,10 +89,19 @@ def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.nd
     kappa: list = [None] * S + [np.full(B, -np.inf)]  # below the last stage: nothing
     for s in range(S - 1, -1, -1):
         ftail[s], kappa[s] = k.forward_tails(fwd[s], act[s], lam[s + 1], kappa[s + 1])
+        if tied:
+            ft, kp = k.chain_tails(fwd[s], back[s], grad[s], lam[s], opt[s])
+            ftail[s], kappa[s] = np.maximum(ftail[s], ft), np.maximum(kappa[s], kp)
     best = float(lo)
+    hi = max(2.0 * float(lo), 1e-12)
     for s in range(S):
         v = k.stage_min_time(fwd[s], back[s], rho[s], sigma[s], grad[s], lam[s], opt[s],
-                             ftail[s], float(lo), max(2.0 * float(lo), 1e-12), ITERS)
+                             ftail[s], float(lo), hi, ITERS)
+        best = max(best, float(v))
+    if tied:
+        s = S - 1
+        v = k.chain_min_time(fwd[s], back[s], rho[s], grad[s], lam[s], opt[s], float(lo), hi,
+                             ITERS)
         best = max(best, float(v))
     return {"rho": rho[:S], "fend": fend, "sigma": sigma, "lam": lam[1:], "kappa": kappa[:S],
-            "bound": best}
+            "ftail": ftail, "bound": best}
