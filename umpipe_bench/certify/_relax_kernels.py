@@ -14,7 +14,8 @@ import numpy as np
 from numba import njit
 
 __all__ = ["backward_release", "chain_min_time", "chain_release", "chain_tails", "forward_release",
-           "forward_tails", "stage_min_time", "tails", "tied_backward_release"]
+           "forward_tails", "joint_backward_release", "stage_min_time", "tails",
+           "tied_backward_release"]
 
 INF = np.inf
 
@@ -62,6 +63,36 @@ def backward_release(back, grad, fend, rel):  # pragma: no cover - compiled
             for t in range(c, d):
                 if o < out[t]:
                     out[t] = o
+    return out
+
+
+@njit(cache=True, nogil=True)
+def joint_backward_release(fwd, back, grad, relf, relb):  # pragma: no cover - compiled
+    """:func:`backward_release` with the stage's forwards and backwards on one machine: the
+    earliest time ``V[n, k]`` the stage can have forwarded ``[0, n)`` and backwarded ``[0, k)``
+    (forwards released at ``relf``, backwards at ``relb``, in any order), and from it the
+    earliest arrival upstream of each sample's gradient."""
+    B = relf.shape[0]
+    V = np.full((B + 1, B + 1), INF)
+    V[0, 0] = 0.0
+    out = np.full(B, INF)
+    for n in range(B + 1):
+        for k in range(n + 1):
+            v = V[n, k]
+            if v == INF:
+                continue
+            for n2 in range(n + 1, B + 1):
+                e = max(v, relf[n2 - 1]) + fwd[n2 - n]
+                if e < V[n2, k]:
+                    V[n2, k] = e
+            for q in range(k + 1, n + 1):
+                e = max(v, relb[q - 1]) + back[q - k]
+                if e < V[n, q]:
+                    V[n, q] = e
+                o = e + grad[q - k]
+                for t in range(k, q):
+                    if o < out[t]:
+                        out[t] = o
     return out
 
 

@@ -9,7 +9,8 @@ release and tail times computed by dynamic programs over compositions
   ``fend[s][t]``: earliest end of stage ``s``'s forward carrying ``t`` (stage by stage
   downwards, each stage's forwards in sample order, one after the other);
 * ``sigma[s][t]``: earliest arrival at stage ``s`` of the gradient carrying ``t`` (upwards:
-  stage ``s+1``'s backwards in sample order, each after its forward and its own gradient);
+  stage ``s+1``'s backwards in sample order, each after its forward and its own gradient, and,
+  the larger, with its forwards and backwards on one machine);
 * ``lam[s][t]``: least time from the arrival of ``t``'s gradient at stage ``s`` to the end of
   the iteration (stage 0 first: the stage's remaining backwards, each gradient's way down).
 
@@ -75,8 +76,10 @@ def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.nd
         rho.append(out)
     sigma = [np.zeros(B) for _ in range(S)]
     for s in range(S - 1, 0, -1):
-        sigma[s - 1] = k.backward_release(back[s], grad[s], fend[s], sigma[s])
-        if tied:  # each is a lower bound: the largest
+        sigma[s - 1] = np.maximum(  # each is a lower bound: the largest
+            k.backward_release(back[s], grad[s], fend[s], sigma[s]),
+            k.joint_backward_release(fwd[s], back[s], grad[s], rho[s], sigma[s]))
+        if tied:
             sigma[s - 1] = np.maximum(sigma[s - 1], k.tied_backward_release(
                 fwd[s], back[s], grad[s], rho[s], sigma[s]))
             if s == S - 1:
