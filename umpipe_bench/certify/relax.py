@@ -58,7 +58,8 @@ def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.nd
     """The relaxation on cost tables (``[S, B+1]``; ``act``, ``grad``: ``[S-1, B+1]``):
     ``rho``, ``fend``, ``sigma``, ``lam``, ``kappa`` per stage, ``ftail[s][a, b]`` (the least
     time from the end of stage ``s``'s forward ``[a, b)`` to the end) and ``bound``.
-    ``tied``: the backward sizes are the forward ones (stash mode), used on the last stage."""
+    ``tied``: the backward sizes are the forward ones (stash mode): the last stage's chain, and
+    every stage's gradient releases and forward tails over tied sizes (docs/CERTIFY.md)."""
     from . import _relax_kernels as k
 
     fwd = np.ascontiguousarray(fwd, dtype=np.float64)
