@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["backward_release", "chain_min_time", "chain_release", "chain_tails", "forward_release",
-           "forward_tails", "joint_backward_release", "stage_min_time", "tails",
+           "forward_tails", "gradient_deadlines", "joint_backward_release", "stage_min_time", "tails",
            "tied_backward_release"]
 
 INF = np.inf
@@ -142,7 +142,7 @@ def forward_tails(fwd, act, own, down):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _feasible(target, fwd, back, relf, relb, grad, lam, opt, ftail, V):  # pragma: no cover
+def _feasible(target, fwd, back, relf, relb, grad, lam, opt, ftail, dl, V):  # pragma: no cover
     B = relf.shape[0]
     V[:, :] = INF
     V[0, 0] = 0.0
@@ -164,9 +164,11 @@ def _feasible(target, fwd, back, relf, relb, grad, lam, opt, ftail, V):  # pragm
             v = V[n, k]
             if v == INF:
                 continue
+            low = INF  # the earliest deadline of the gradients of [k, q)
             for q in range(k + 1, n + 1):
+                low = min(low, dl[q - 1])
                 e = max(v, relb[q - 1]) + back[q - k]
-                if e + grad[q - k] + lam[k] > target:
+                if e + grad[q - k] + lam[k] > target or e + grad[q - k] > low:
                     continue
                 if q == B and e + opt > target:
                     continue
@@ -176,24 +178,60 @@ def _feasible(target, fwd, back, relf, relb, grad, lam, opt, ftail, V):  # pragm
 
 
 @njit(cache=True, nogil=True)
-def stage_min_time(fwd, back, relf, relb, grad, lam, opt, ftail, lo, hi,
-                   iters):  # pragma: no cover
+def gradient_deadlines(target, backs, grads, sigmas, opts, upto):  # pragma: no cover
+    """``dl[t]``: the latest arrival at stage ``upto - 1`` of the gradient carrying sample ``t``
+    that lets stages ``0 .. upto - 1`` end by ``target``: each stage's backwards in sample
+    order, ``[c, d)`` released at ``sigmas[s][d - 1]`` and costing ``backs[s][d - c]``, its
+    gradient reaching the stage above after ``grads[s][d - c]`` by that stage's deadline, the
+    last followed by ``opts[s]``; a backward starts after the gradients it carries arrive, so
+    ``dl[t]`` is the latest start of a microbatch holding ``t`` (``-inf``: none ends in time;
+    ``upto = 0``: ``+inf``)."""
+    B = sigmas.shape[1]
+    dl = np.full(B, INF)
+    LS = np.empty(B + 1)  # the latest start of the chain of backwards from boundary c
+    for s in range(upto):
+        new = np.full(B, -INF)
+        LS[B] = target - opts[s]
+        for c in range(B - 1, -1, -1):
+            LS[c] = -INF
+            low = INF
+            for d in range(c + 1, B + 1):
+                low = min(low, dl[d - 1])
+                lim = min(LS[d], low - grads[s, d - c])  # [c, d) ends by lim
+                cost = backs[s, d - c]
+                if sigmas[s, d - 1] + cost > lim:
+                    continue
+                if lim - cost > LS[c]:
+                    LS[c] = lim - cost
+                for t in range(c, d):
+                    if lim - cost > new[t]:
+                        new[t] = lim - cost
+        dl = new
+    return dl
+
+
+@njit(cache=True, nogil=True)
+def stage_min_time(fwd, back, relf, relb, grad, lam, opt, ftail, lo, hi, iters, backs, grads,
+                   sigmas, opts, s):  # pragma: no cover
     """The largest target ``T`` (within ``iters`` bisection steps of ``[lo, hi]``) at which one
     stage cannot finish: forwards in sample order released at ``relf[b-1]`` for ``[a, b)``,
     backwards in sample order after the forward of their last sample and ``relb[d-1]``, one
     operation at a time, every backward ``[c, d)`` ending ``grad[d-c] + lam[c]`` before ``T``
-    and the last ``opt`` before it, every forward ``[a, b)`` ending ``ftail[a, b]`` before
-    ``T``. Returns ``lo`` if no target above it is found infeasible; ``hi`` is raised until
-    feasible."""
+    and its gradient arriving above by the :func:`gradient_deadlines` of stages ``0 .. s-1``
+    (``backs``, ``grads``, ``sigmas``, ``opts`` stacked per stage), the last ``opt`` before
+    ``T``, every forward ``[a, b)`` ending ``ftail[a, b]`` before ``T``. Returns ``lo`` if no
+    target above it is found infeasible; ``hi`` is raised until feasible."""
     B = relf.shape[0]
     V = np.empty((B + 1, B + 1))
-    while not _feasible(hi, fwd, back, relf, relb, grad, lam, opt, ftail, V):
+    while not _feasible(hi, fwd, back, relf, relb, grad, lam, opt, ftail,
+                        gradient_deadlines(hi, backs, grads, sigmas, opts, s), V):
         hi = 2.0 * hi + 1e-12
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             break
-        if _feasible(mid, fwd, back, relf, relb, grad, lam, opt, ftail, V):
+        if _feasible(mid, fwd, back, relf, relb, grad, lam, opt, ftail,
+                     gradient_deadlines(mid, backs, grads, sigmas, opts, s), V):
             hi = mid
         else:
             lo = mid
@@ -284,7 +322,7 @@ def tied_backward_release(fwd, back, grad, relf, relb):  # pragma: no cover - co
 
 
 @njit(cache=True, nogil=True)
-def _chain_feasible(target, fwd, back, relf, grad, lam, opt, V):  # pragma: no cover
+def _chain_feasible(target, fwd, back, relf, grad, lam, opt, dl, V):  # pragma: no cover
     B = relf.shape[0]
     V[:] = INF
     V[0] = 0.0
@@ -292,9 +330,11 @@ def _chain_feasible(target, fwd, back, relf, grad, lam, opt, V):  # pragma: no c
         v = V[c]
         if v == INF:
             continue
+        low = INF
         for d in range(c + 1, B + 1):
+            low = min(low, dl[d - 1])
             e = max(v, relf[d - 1]) + fwd[d - c] + back[d - c]
-            if e + grad[d - c] + lam[c] > target:
+            if e + grad[d - c] + lam[c] > target or e + grad[d - c] > low:
                 continue
             if d == B and e + opt > target:
                 continue
@@ -304,20 +344,24 @@ def _chain_feasible(target, fwd, back, relf, grad, lam, opt, V):  # pragma: no c
 
 
 @njit(cache=True, nogil=True)
-def chain_min_time(fwd, back, relf, grad, lam, opt, lo, hi, iters):  # pragma: no cover
+def chain_min_time(fwd, back, relf, grad, lam, opt, lo, hi, iters, backs, grads, sigmas, opts,
+                   s):  # pragma: no cover
     """:func:`stage_min_time` for a chain stage: the largest target ``T`` (within ``iters``
     bisection steps of ``[lo, hi]``) at which no chain ``F(1) B(1) F(2) B(2) ...`` over a
     composition, each forward ``[c, d)`` released at ``relf[d - 1]``, ends every backward
-    ``[c, d)`` ``grad[d - c] + lam[c]`` before ``T`` and the last ``opt`` before it."""
+    ``[c, d)`` ``grad[d - c] + lam[c]`` before ``T`` and by the gradient deadlines of stages
+    ``0 .. s-1`` (as :func:`stage_min_time`), and the last ``opt`` before ``T``."""
     B = relf.shape[0]
     V = np.empty(B + 1)
-    while not _chain_feasible(hi, fwd, back, relf, grad, lam, opt, V):
+    while not _chain_feasible(hi, fwd, back, relf, grad, lam, opt,
+                              gradient_deadlines(hi, backs, grads, sigmas, opts, s), V):
         hi = 2.0 * hi + 1e-12
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             break
-        if _chain_feasible(mid, fwd, back, relf, grad, lam, opt, V):
+        if _chain_feasible(mid, fwd, back, relf, grad, lam, opt,
+                           gradient_deadlines(mid, backs, grads, sigmas, opts, s), V):
             hi = mid
         else:
             lo = mid

@@ -12,7 +12,9 @@ release and tail times computed by dynamic programs over compositions
   stage ``s+1``'s backwards in sample order, each after its forward and its own gradient, and,
   the larger, with its forwards and backwards on one machine);
 * ``lam[s][t]``: least time from the arrival of ``t``'s gradient at stage ``s`` to the end of
-  the iteration (stage 0 first: the stage's remaining backwards, each gradient's way down).
+  the iteration (stage 0 first: the stage's remaining backwards, each gradient's way down);
+  for a target ``T``, with the stages above held to their gradient releases, the latest such
+  arrival (``gradient_deadlines``).
 
 For stage ``s`` a DP over states (samples forwarded, samples backwarded) finds the least
 ``T`` at which some order of its operations (forwards and backwards each in sample order, any
@@ -98,14 +100,16 @@ def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.nd
             ftail[s], kappa[s] = np.maximum(ftail[s], ft), np.maximum(kappa[s], kp)
     best = float(lo)
     hi = max(2.0 * float(lo), 1e-12)
+    # the stages above each stage, for its gradients' deadlines
+    above = (back, np.array(grad), np.array(sigma), np.array(opt))
     for s in range(S):
         v = k.stage_min_time(fwd[s], back[s], rho[s], sigma[s], grad[s], lam[s], opt[s],
-                             ftail[s], float(lo), hi, ITERS)
+                             ftail[s], float(lo), hi, ITERS, *above, s)
         best = max(best, float(v))
     if tied:
         s = S - 1
         v = k.chain_min_time(fwd[s], back[s], rho[s], grad[s], lam[s], opt[s], float(lo), hi,
-                             ITERS)
+                             ITERS, *above, s)
         best = max(best, float(v))
     return {"rho": rho[:S], "fend": fend, "sigma": sigma, "lam": lam[1:], "kappa": kappa[:S],
             "ftail": ftail, "bound": best}
