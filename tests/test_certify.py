@@ -641,7 +641,9 @@ def test_chain_is_the_last_stage_over_every_order(seed):
                     need = max(need, now + grad[op.stop - op.start] + lam[op.start])
             best = min(best, max(need, now + opt))
     none_above = (back[None], grad[None], rel[None], np.zeros(1), 0)
-    got = k.chain_min_time(fwd, back, rel, grad, lam, opt, 0.0, 2.0 * best + 1.0, 60, *none_above)
+    unused = (np.zeros(B), np.zeros((B + 1, B + 1)))  # relb, ftail: not read by the chain
+    got = k.stage_min_time(fwd, back, rel, unused[0], grad, lam, opt, unused[1], 0.0,
+                           2.0 * best + 1.0, 60, *none_above, True)
     assert got <= best * (1 + REL)
     assert got >= best * (1 - 1e-9)
 

@@ -13,11 +13,41 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["backward_release", "chain_min_time", "chain_release", "chain_tails", "forward_release",
+__all__ = ["backward_release", "chain_tails", "forward_release",
            "forward_tails", "gradient_deadlines", "joint_backward_release", "stage_min_time", "tails",
            "tied_backward_release"]
 
 INF = np.inf
+
+
+@njit(cache=True, nogil=True)
+def _arrival_tails(fwd, ftail):  # pragma: no cover - compiled
+    """``kappa[t]``: the least ``fwd[b - a] + ftail[a, b]`` over the forwards ``[a, b)`` that
+    may carry ``t`` (the least time from the arrival of ``t``'s activation to the end)."""
+    B = ftail.shape[0] - 1
+    kappa = np.full(B, INF)
+    for a in range(B):
+        for b in range(a + 1, B + 1):
+            v = fwd[b - a] + ftail[a, b]
+            for t in range(a, b):
+                if v < kappa[t]:
+                    kappa[t] = v
+    return kappa
+
+
+@njit(cache=True, nogil=True)
+def _forward_chain(fwd, rel):  # pragma: no cover - compiled
+    """``phi[b]``: the earliest end of a forward ending exactly at boundary ``b`` (forwards one
+    after the other in sample order, ``[a, b)`` released at ``rel[b - 1]``)."""
+    B = rel.shape[0]
+    phi = np.full(B + 1, INF)
+    phi[0] = 0.0
+    for b in range(1, B + 1):
+        for a in range(b):
+            e = max(phi[a], rel[b - 1]) + fwd[b - a]
+            if e < phi[b]:
+                phi[b] = e
+    return phi
 
 
 @njit(cache=True, nogil=True)
@@ -26,15 +56,12 @@ def forward_release(fwd, act, rel):  # pragma: no cover - compiled
     the earliest end of the forward carrying ``t``, and ``out[t]``, the earliest arrival of
     ``t``'s activation downstream (``act`` all zero for the last stage)."""
     B = rel.shape[0]
-    phi = np.full(B + 1, INF)  # earliest end of a forward ending exactly at boundary b
-    phi[0] = 0.0
+    phi = _forward_chain(fwd, rel)
     end = np.full(B, INF)
     out = np.full(B, INF)
     for b in range(1, B + 1):
         for a in range(b):
             e = max(phi[a], rel[b - 1]) + fwd[b - a]
-            if e < phi[b]:
-                phi[b] = e
             o = e + act[b - a]
             for t in range(a, b):
                 if e < end[t]:
@@ -45,18 +72,17 @@ def forward_release(fwd, act, rel):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def backward_release(back, grad, fend, rel):  # pragma: no cover - compiled
-    """The earliest arrival upstream of sample ``t``'s gradient from this stage, whose
-    forward carrying ``t`` ends at ``fend[t]`` or later and whose own gradient input for ``t``
-    arrives at ``rel[t]`` or later (all zero on the last stage)."""
-    B = rel.shape[0]
+def _release_chain(back, grad, start):  # pragma: no cover - compiled
+    """``out[t]``: the earliest arrival upstream of the gradient carrying ``t`` when a stage's
+    backwards run one after the other in sample order, ``[c, d)`` starting at ``start[c, d]``
+    or later and costing ``back[d - c]``."""
+    B = start.shape[0] - 1
     beta = np.full(B + 1, INF)  # earliest end of a backward ending exactly at boundary d
     beta[0] = 0.0
     out = np.full(B, INF)
     for d in range(1, B + 1):
-        r = max(fend[d - 1], rel[d - 1])
         for c in range(d):
-            e = max(beta[c], r) + back[d - c]
+            e = max(beta[c], start[c, d]) + back[d - c]
             if e < beta[d]:
                 beta[d] = e
             o = e + grad[d - c]
@@ -64,6 +90,18 @@ def backward_release(back, grad, fend, rel):  # pragma: no cover - compiled
                 if o < out[t]:
                     out[t] = o
     return out
+
+
+@njit(cache=True, nogil=True)
+def backward_release(back, grad, fend, rel):  # pragma: no cover - compiled
+    """The earliest arrival upstream of sample ``t``'s gradient from this stage, whose
+    forward carrying ``t`` ends at ``fend[t]`` or later and whose own gradient input for ``t``
+    arrives at ``rel[t]`` or later (all zero on the last stage)."""
+    B = rel.shape[0]
+    start = np.empty((B + 1, B + 1))
+    for d in range(1, B + 1):
+        start[:, d] = max(fend[d - 1], rel[d - 1])
+    return _release_chain(back, grad, start)
 
 
 @njit(cache=True, nogil=True)
@@ -128,17 +166,12 @@ def forward_tails(fwd, act, own, down):  # pragma: no cover - compiled
     ``kappa[t]``: the least time from the arrival of ``t``'s activation to the end."""
     B = own.shape[0]
     ftail = np.full((B + 1, B + 1), -INF)
-    kappa = np.full(B, INF)
     for a in range(B):
         top = -INF
         for b in range(a + 1, B + 1):
             top = max(top, own[b - 1])
             ftail[a, b] = max(top, act[b - a] + down[b - 1])
-            v = fwd[b - a] + ftail[a, b]
-            for t in range(a, b):
-                if v < kappa[t]:
-                    kappa[t] = v
-    return ftail, kappa
+    return ftail, _arrival_tails(fwd, ftail)
 
 
 @njit(cache=True, nogil=True)
@@ -211,27 +244,39 @@ def gradient_deadlines(target, backs, grads, sigmas, opts, upto):  # pragma: no 
 
 
 @njit(cache=True, nogil=True)
+def _feasible_at(target, chain, fwd, back, relf, relb, grad, lam, opt, ftail, backs, grads,
+                 sigmas, opts, s, V2, V1):  # pragma: no cover - compiled
+    dl = gradient_deadlines(target, backs, grads, sigmas, opts, s)
+    if chain:
+        return _chain_feasible(target, fwd, back, relf, grad, lam, opt, dl, V1)
+    return _feasible(target, fwd, back, relf, relb, grad, lam, opt, ftail, dl, V2)
+
+
+@njit(cache=True, nogil=True)
 def stage_min_time(fwd, back, relf, relb, grad, lam, opt, ftail, lo, hi, iters, backs, grads,
-                   sigmas, opts, s):  # pragma: no cover
+                   sigmas, opts, s, chain):  # pragma: no cover
     """The largest target ``T`` (within ``iters`` bisection steps of ``[lo, hi]``) at which one
     stage cannot finish: forwards in sample order released at ``relf[b-1]`` for ``[a, b)``,
     backwards in sample order after the forward of their last sample and ``relb[d-1]``, one
     operation at a time, every backward ``[c, d)`` ending ``grad[d-c] + lam[c]`` before ``T``
     and its gradient arriving above by the :func:`gradient_deadlines` of stages ``0 .. s-1``
     (``backs``, ``grads``, ``sigmas``, ``opts`` stacked per stage), the last ``opt`` before
-    ``T``, every forward ``[a, b)`` ending ``ftail[a, b]`` before ``T``. Returns ``lo`` if no
-    target above it is found infeasible; ``hi`` is raised until feasible."""
+    ``T``, every forward ``[a, b)`` ending ``ftail[a, b]`` before ``T``. With ``chain`` the
+    stage is a chain ``F(1) B(1) F(2) B(2) ...`` over one composition instead (stash, the last
+    stage: ``relb`` and ``ftail`` unused). Returns ``lo`` if no target above it is found
+    infeasible; ``hi`` is raised until feasible."""
     B = relf.shape[0]
-    V = np.empty((B + 1, B + 1))
-    while not _feasible(hi, fwd, back, relf, relb, grad, lam, opt, ftail,
-                        gradient_deadlines(hi, backs, grads, sigmas, opts, s), V):
+    V2 = np.empty((B + 1, B + 1))
+    V1 = np.empty(B + 1)
+    while not _feasible_at(hi, chain, fwd, back, relf, relb, grad, lam, opt, ftail, backs,
+                           grads, sigmas, opts, s, V2, V1):
         hi = 2.0 * hi + 1e-12
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             break
-        if _feasible(mid, fwd, back, relf, relb, grad, lam, opt, ftail,
-                     gradient_deadlines(mid, backs, grads, sigmas, opts, s), V):
+        if _feasible_at(mid, chain, fwd, back, relf, relb, grad, lam, opt, ftail, backs, grads,
+                        sigmas, opts, s, V2, V1):
             hi = mid
         else:
             lo = mid
@@ -242,26 +287,6 @@ def stage_min_time(fwd, back, relf, relb, grad, lam, opt, ftail, lo, hi, iters, 
 # In stash mode a stage's backward sizes are its forward sizes, and the last stage may run
 # every backward right after its own forward (docs/CERTIFY.md "The last stage in stash mode"):
 # its operations are a chain F(1) B(1) F(2) B(2) ... over one composition.
-
-
-@njit(cache=True, nogil=True)
-def chain_release(fwd, back, grad, rel):  # pragma: no cover - compiled
-    """``out[t]``: the earliest arrival upstream of the gradient carrying sample ``t`` from a
-    chain stage whose forward ``[c, d)`` is released at ``rel[d - 1]``."""
-    B = rel.shape[0]
-    phi = np.full(B + 1, INF)  # earliest end of the chain through boundary d
-    phi[0] = 0.0
-    out = np.full(B, INF)
-    for d in range(1, B + 1):
-        for c in range(d):
-            e = max(phi[c], rel[d - 1]) + fwd[d - c] + back[d - c]
-            if e < phi[d]:
-                phi[d] = e
-            o = e + grad[d - c]
-            for t in range(c, d):
-                if o < out[t]:
-                    out[t] = o
-    return out
 
 
 @njit(cache=True, nogil=True)
@@ -281,15 +306,10 @@ def chain_tails(fwd, back, grad, lam, opt):  # pragma: no cover - compiled
             if v < mu[c]:
                 mu[c] = v
     ftail = np.full((B + 1, B + 1), -INF)
-    kappa = np.full(B, INF)
     for c in range(B):
         for d in range(c + 1, B + 1):
             ftail[c, d] = back[d - c] + max(mu[d], grad[d - c] + lam[c])
-            v = fwd[d - c] + ftail[c, d]
-            for t in range(c, d):
-                if v < kappa[t]:
-                    kappa[t] = v
-    return ftail, kappa
+    return ftail, _arrival_tails(fwd, ftail)
 
 
 @njit(cache=True, nogil=True)
@@ -298,27 +318,12 @@ def tied_backward_release(fwd, back, grad, relf, relb):  # pragma: no cover - co
     backward ``[c, d)`` starts after the forward ``[c, d)`` itself, which starts after the
     forwards ending at ``c`` and the arrival ``relf[d - 1]``."""
     B = relf.shape[0]
-    phi = np.full(B + 1, INF)  # earliest end of a forward ending exactly at boundary b
-    phi[0] = 0.0
-    for b in range(1, B + 1):
-        for a in range(b):
-            e = max(phi[a], relf[b - 1]) + fwd[b - a]
-            if e < phi[b]:
-                phi[b] = e
-    beta = np.full(B + 1, INF)
-    beta[0] = 0.0
-    out = np.full(B, INF)
+    phi = _forward_chain(fwd, relf)
+    start = np.empty((B + 1, B + 1))
     for d in range(1, B + 1):
         for c in range(d):
-            own = max(phi[c], relf[d - 1]) + fwd[d - c]
-            e = max(beta[c], own, relb[d - 1]) + back[d - c]
-            if e < beta[d]:
-                beta[d] = e
-            o = e + grad[d - c]
-            for t in range(c, d):
-                if o < out[t]:
-                    out[t] = o
-    return out
+            start[c, d] = max(max(phi[c], relf[d - 1]) + fwd[d - c], relb[d - 1])
+    return _release_chain(back, grad, start)
 
 
 @njit(cache=True, nogil=True)
@@ -341,28 +346,3 @@ def _chain_feasible(target, fwd, back, relf, grad, lam, opt, dl, V):  # pragma: 
             if e < V[d]:
                 V[d] = e
     return V[B] < INF
-
-
-@njit(cache=True, nogil=True)
-def chain_min_time(fwd, back, relf, grad, lam, opt, lo, hi, iters, backs, grads, sigmas, opts,
-                   s):  # pragma: no cover
-    """:func:`stage_min_time` for a chain stage: the largest target ``T`` (within ``iters``
-    bisection steps of ``[lo, hi]``) at which no chain ``F(1) B(1) F(2) B(2) ...`` over a
-    composition, each forward ``[c, d)`` released at ``relf[d - 1]``, ends every backward
-    ``[c, d)`` ``grad[d - c] + lam[c]`` before ``T`` and by the gradient deadlines of stages
-    ``0 .. s-1`` (as :func:`stage_min_time`), and the last ``opt`` before ``T``."""
-    B = relf.shape[0]
-    V = np.empty(B + 1)
-    while not _chain_feasible(hi, fwd, back, relf, grad, lam, opt,
-                              gradient_deadlines(hi, backs, grads, sigmas, opts, s), V):
-        hi = 2.0 * hi + 1e-12
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        if _chain_feasible(mid, fwd, back, relf, grad, lam, opt,
-                           gradient_deadlines(mid, backs, grads, sigmas, opts, s), V):
-            hi = mid
-        else:
-            lo = mid
-    return lo

@@ -85,9 +85,9 @@ def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.nd
         if tied:
             sigma[s - 1] = np.maximum(sigma[s - 1], k.tied_backward_release(
                 fwd[s], back[s], grad[s], rho[s], sigma[s]))
-            if s == S - 1:
-                sigma[s - 1] = np.maximum(sigma[s - 1], k.chain_release(fwd[s], back[s],
-                                                                         grad[s], rho[s]))
+            if s == S - 1:  # the chain: one "backward" of fwd + back, released at rho
+                sigma[s - 1] = np.maximum(sigma[s - 1], k.backward_release(
+                    fwd[s] + back[s], grad[s], rho[s], np.zeros(B)))
     lam = [np.full(B, -np.inf)]  # lam[s + 1]: tails of stage s (lam[0]: none below 0)
     for s in range(S):
         lam.append(k.tails(back[s], grad[s], lam[s], opt[s]))
@@ -103,13 +103,9 @@ def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.nd
     # the stages above each stage, for its gradients' deadlines
     above = (back, np.array(grad), np.array(sigma), np.array(opt))
     for s in range(S):
-        v = k.stage_min_time(fwd[s], back[s], rho[s], sigma[s], grad[s], lam[s], opt[s],
-                             ftail[s], float(lo), hi, ITERS, *above, s)
-        best = max(best, float(v))
-    if tied:
-        s = S - 1
-        v = k.chain_min_time(fwd[s], back[s], rho[s], grad[s], lam[s], opt[s], float(lo), hi,
-                             ITERS, *above, s)
-        best = max(best, float(v))
+        for chain in (False, True) if tied and s == S - 1 else (False,):
+            v = k.stage_min_time(fwd[s], back[s], rho[s], sigma[s], grad[s], lam[s], opt[s],
+                                 ftail[s], float(lo), hi, ITERS, *above, s, chain)
+            best = max(best, float(v))
     return {"rho": rho[:S], "fend": fend, "sigma": sigma, "lam": lam[1:], "kappa": kappa[:S],
             "ftail": ftail, "bound": best}
