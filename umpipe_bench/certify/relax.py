@@ -20,14 +20,15 @@ For stage ``s`` a DP over states (samples forwarded, samples backwarded) finds t
 ``T`` at which some order of its operations (forwards and backwards each in sample order, any
 sizes, every backward after its own forward) meets those releases and tails; that ``T`` is at
 most every schedule's ``T``. In stash mode a backward costs ``min(bwd, bwd * bwd_far)``, and
-the backward sizes are not tied to the forward ones on any stage but the last: both only
-lower the bound. The last stage in stash mode (``tied``) is a chain ``F(1) B(1) F(2) B(2) ...``
+the stage DP leaves the backward sizes free of the forward ones on every stage but the last:
+both only lower the bound. The last stage in stash mode (``tied``) is a chain ``F(1) B(1) F(2) B(2) ...``
 over one composition (docs/CERTIFY.md "The last stage in stash mode"), which also raises the
 gradient releases of the stage above it and the tails of its activations.
 
-The DPs take ``O(S B^3)`` steps; :data:`MAX_WORK` keeps the bound to problems where that is
-a fraction of a second (larger ones get ``None``, and :func:`umpipe_bench.bound.lower_bound`
-keeps its closed form there).
+The DPs take ``O(S B^3)`` steps, the gradient deadlines ``O(S^2 B^3)`` over every stage's
+bisection; :data:`MAX_WORK` keeps the bound to problems where that is about a second (1.3 s at
+``S = B = 64`` here; larger ones get ``None``, and :func:`umpipe_bench.bound.lower_bound` keeps
+its closed form there).
 """
 
 from __future__ import annotations
