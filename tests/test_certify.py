@@ -533,7 +533,7 @@ def test_relaxation_quantities_hold_in_every_order(seed, family, mode):
                     assert grad_at[s][t] * (1 + REL) >= rx["sigma"][s][t]
                 assert act_at[s][t] + rx["kappa"][s][t] <= T
             edges = np.cumsum((0,) + P[s])
-            for a, b in zip(edges[:-1], edges[1:]):
+            for a, b in itertools.pairwise(edges):
                 assert fend[(s, int(a), int(b))] + rx["ftail"][s][a, b] <= T
         assert rx["bound"] <= T
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["backward_release", "chain_tails", "forward_release",
-           "forward_tails", "gradient_deadlines", "joint_backward_release", "stage_min_time", "tails",
+__all__ = ["backward_release", "chain_tails", "forward_release", "forward_tails",
+           "gradient_deadlines", "joint_backward_release", "stage_min_time", "tails",
            "tied_backward_release"]
 
 INF = np.inf

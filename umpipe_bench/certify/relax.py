@@ -21,9 +21,10 @@ For stage ``s`` a DP over states (samples forwarded, samples backwarded) finds t
 sizes, every backward after its own forward) meets those releases and tails; that ``T`` is at
 most every schedule's ``T``. In stash mode a backward costs ``min(bwd, bwd * bwd_far)``, and
 the stage DP leaves the backward sizes free of the forward ones on every stage but the last:
-both only lower the bound. The last stage in stash mode (``tied``) is a chain ``F(1) B(1) F(2) B(2) ...``
-over one composition (docs/CERTIFY.md "The last stage in stash mode"), which also raises the
-gradient releases of the stage above it and the tails of its activations.
+both only lower the bound. The last stage in stash mode (``tied``) is a chain
+``F(1) B(1) F(2) B(2) ...`` over one composition (docs/CERTIFY.md "The last stage in stash
+mode"), which also raises the gradient releases of the stage above it and the tails of its
+activations.
 
 The DPs take ``O(S B^3)`` steps, the gradient deadlines ``O(S^2 B^3)`` over every stage's
 bisection; :data:`MAX_WORK` keeps the bound to problems where that is about a second (1.3 s at
