@@ -135,19 +135,30 @@ def joint_backward_release(fwd, back, grad, relf, relb):  # pragma: no cover - c
 
 
 @njit(cache=True, nogil=True)
+def _suffix_chain(cost, grad, lam, opt):  # pragma: no cover - compiled
+    """``mu[c]``: the least time from the start of a microbatch starting at boundary ``c`` to
+    the end of the iteration, the microbatches from ``c`` on run one after the other, ``[c, d)``
+    costing ``cost[d - c]`` and sending a gradient that arrives below after ``grad[d - c]`` and
+    leaves at least ``lam[c]`` there; ``opt`` after the last (``mu[B]``)."""
+    B = lam.shape[0]
+    mu = np.full(B + 1, INF)
+    mu[B] = opt
+    for c in range(B - 1, -1, -1):
+        for d in range(c + 1, B + 1):
+            v = cost[d - c] + max(mu[d], grad[d - c] + lam[c])
+            if v < mu[c]:
+                mu[c] = v
+    return mu
+
+
+@njit(cache=True, nogil=True)
 def tails(back, grad, lam, opt):  # pragma: no cover - compiled
     """``out[t]``: the least time from the arrival of sample ``t``'s gradient at this stage to
     the end of the iteration, when a gradient this stage sends for ``[c, d)`` arrives below
     after ``grad[d - c]`` and leaves at least ``lam[c]`` there (``-inf``: stage 0)."""
     B = lam.shape[0]
-    mu = np.full(B + 1, INF)  # from the start of a backward starting at boundary c
-    mu[B] = opt
+    mu = _suffix_chain(back, grad, lam, opt)
     out = np.full(B, INF)
-    for c in range(B - 1, -1, -1):
-        for d in range(c + 1, B + 1):
-            v = back[d - c] + max(mu[d], grad[d - c] + lam[c])
-            if v < mu[c]:
-                mu[c] = v
     for c in range(B):
         for d in range(c + 1, B + 1):
             v = back[d - c] + max(mu[d], grad[d - c] + lam[c])
@@ -283,10 +294,11 @@ def stage_min_time(fwd, back, relf, relb, grad, lam, opt, ftail, lo, hi, iters, 
     return lo
 
 
-# ------------------------------------------------------------- the last stage in stash mode
-# In stash mode a stage's backward sizes are its forward sizes, and the last stage may run
-# every backward right after its own forward (docs/CERTIFY.md "The last stage in stash mode"):
-# its operations are a chain F(1) B(1) F(2) B(2) ... over one composition.
+# -------------------------------------------------------------------------- stash mode
+# In stash mode a stage's backward sizes are its forward sizes (the tied releases and tails
+# below, every stage), and the last stage may run every backward right after its own forward
+# (docs/CERTIFY.md "The last stage in stash mode"): its operations are a chain
+# F(1) B(1) F(2) B(2) ... over one composition (``stage_min_time(..., chain=True)``).
 
 
 @njit(cache=True, nogil=True)
@@ -298,13 +310,7 @@ def chain_tails(fwd, back, grad, lam, opt):  # pragma: no cover - compiled
     ``opt`` at the end), and ``kappa[t]``, the same from the arrival of sample ``t``'s
     activation (the forward carrying ``t`` first)."""
     B = lam.shape[0]
-    mu = np.full(B + 1, INF)  # from the start of the forward of a microbatch starting at c
-    mu[B] = opt
-    for c in range(B - 1, -1, -1):
-        for d in range(c + 1, B + 1):
-            v = fwd[d - c] + back[d - c] + max(mu[d], grad[d - c] + lam[c])
-            if v < mu[c]:
-                mu[c] = v
+    mu = _suffix_chain(fwd + back, grad, lam, opt)  # each microbatch's forward and backward
     ftail = np.full((B + 1, B + 1), -INF)
     for c in range(B):
         for d in range(c + 1, B + 1):
