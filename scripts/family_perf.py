@@ -13,7 +13,13 @@ Measures, interleaved round by round (A B A B; medians), on one machine at one m
 Then, per registered problem and mode, the wall time of both EDP scans (gpipe and 1f1b, all
 M, fresh cache) against one default TiDGAP run of the same problem.
 
-Usage: ``python scripts/family_perf.py [--rounds 7] [--out results/perf/family.txt]``
+With ``--shortcuts PROBLEM...`` instead: the kernel's two shortcuts (one decode when the
+backward bits are the forward ones; no peaks when the call has no memory cap to check)
+against its full pass, per problem and mode, on the same random plans (same T asserted).
+
+Usage: ``python scripts/family_perf.py [--rounds 7] [--out results/perf/family.txt]``,
+``python scripts/family_perf.py --shortcuts vgg16 sim-s16-b64-s1 --out
+results/perf/family-shortcuts.txt``
 """
 
 from __future__ import annotations
@@ -70,6 +76,51 @@ def evaluator_ratio(P: int, S: int, B: int, rounds: int, sample: int) -> list[st
     ]
 
 
+def shortcuts(names: list[str], P: int, rounds: int) -> list[str]:
+    """The kernel's two shortcuts against the full pass on P random plans with random caps, per
+    problem and mode, interleaved round by round: ``tied`` (stash: the backward bits are the
+    forward ones, decoded once) and ``memory`` off (no peaks: what a call without a memory cap
+    asks for). Times per plan, and the full pass over each (same T asserted)."""
+    from umpipe_bench.planners.evaluation._family_kernels import family_pass
+    from umpipe_bench.registry import get_problem
+
+    out = [f"the family kernel's shortcuts, P={P} random plans, random caps in 1..B, "
+           f"{rounds} interleaved rounds (us/plan; full = both off):",
+           f"  {'problem/mode':<26} {'full':>8} {'tied':>8} {'no peaks':>9} {'both':>8} "
+           f"{'full/both':>9}"]
+    for name in names:
+        prob = get_problem(name)
+        for mode in ("stash", "recompute"):
+            rng = np.random.default_rng(0)
+            fb = random_bits(rng, P, prob.S, prob.B)
+            bb = fb.copy() if mode == "stash" else random_bits(rng, P, prob.S, prob.B)
+            caps = rng.integers(1, prob.B + 1, size=(P, prob.S))
+            ev = FamilyEvaluator(prob, mode)
+            tables = ev._t + ev._m
+            variants = {"full": (bb, False, True), "tied": (fb, True, True),
+                        "no peaks": (bb, False, False), "both": (fb, True, False)}
+            if mode == "recompute":  # nothing to tie
+                variants = {k: v for k, v in variants.items() if not v[1]}
+            times: dict[str, list[float]] = {k: [] for k in variants}
+            Ts = {}
+            for r in range(rounds + 1):
+                for k, (b2, tied, memory) in variants.items():
+                    T = np.empty(P)
+                    peak = np.zeros((P, prob.S))
+                    t0 = time.perf_counter()
+                    family_pass(fb, b2, caps, False, *tables, T, peak, tied, memory)
+                    if r:  # the first round compiles or loads the cache
+                        times[k].append((time.perf_counter() - t0) / P)
+                    Ts[k] = T
+            assert all(np.array_equal(Ts["full"], T) for T in Ts.values())
+            med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+            last = "both" if "both" in med else "no peaks"
+            out.append(f"  {name + '/' + mode:<26} {med['full']:8.2f} "
+                       f"{med.get('tied', float('nan')):8.2f} {med['no peaks']:9.2f} "
+                       f"{med.get('both', float('nan')):8.2f} {med['full'] / med[last]:8.2f}x")
+    return out
+
+
 def scan_share(names: list[str], budget: str | None) -> list[str]:
     from umpipe_bench.planners.evaluation import reference
     from umpipe_bench.registry import get_planner, get_problem
@@ -102,8 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", default=None, help="TiDGAP budget (default: its own)")
     ap.add_argument("--no-share", action="store_true", help="skip the scan-share part")
     ap.add_argument("--out", type=Path, default=None, help="also write the report here")
+    ap.add_argument("--shortcuts", nargs="+", default=None, metavar="PROBLEM",
+                    help="instead: the kernel's shortcuts (one decode for tied bits, no peaks) "
+                    "against its full pass on these problems")
     args = ap.parse_args(argv)
     lines = [f"command: python scripts/family_perf.py {' '.join(argv or sys.argv[1:])}".rstrip()]
+    if args.shortcuts:
+        lines += shortcuts(args.shortcuts, 256, args.rounds)
+        return _report(lines, args.out)
     lines += evaluator_ratio(256, 14, 64, args.rounds, args.sample)
     lines += evaluator_ratio(256, 32, 256, max(3, args.rounds // 2), max(4, args.sample // 4))
     if not args.no_share:
@@ -111,11 +168,15 @@ def main(argv: list[str] | None = None) -> int:
 
         names = args.problems or [n for n in problem_names()]
         lines += scan_share(names, args.budget)
+    return _report(lines, args.out)
+
+
+def _report(lines: list[str], out: Path | None) -> int:
     text = "\n".join(lines) + "\n"
     print(text, end="")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
     return 0
 
 

@@ -262,6 +262,29 @@ def test_family_evaluator_is_bit_identical_to_the_list_simulator(name, mode):
         assert list(peak[n]) == tl.peak_memory
 
 
+@pytest.mark.parametrize("name", ["sim-s4-b16-s0", "vgg16"])
+@pytest.mark.parametrize("mode", ["stash", "recompute"])
+@pytest.mark.parametrize("unit", ["samples", "microbatches"])
+def test_times_without_peaks_and_one_decode_for_tied_bits_are_bit_identical(name, mode, unit):
+    # the kernel's two shortcuts: without a memory cap the call skips the peaks, and the same
+    # array as forward and backward bits is decoded once; neither may change a time
+    prob = registry.get_problem(name)
+    rng = np.random.default_rng(11)
+    N = 60
+    fb = random_bits(rng, N, prob.S, prob.B)
+    bb = random_bits(rng, N, prob.S, prob.B)
+    caps = rng.integers(1, prob.B + 1, size=(N, prob.S))
+    ev = FamilyEvaluator(prob, mode)
+    T, _ = ev.evaluate(fb, bb, caps, unit)
+    assert np.array_equal(ev(fb, bb, caps, unit), T)
+    T_tied, peak_tied = ev.evaluate(fb, fb, caps, unit)  # one array: one decode
+    T_copy, peak_copy = ev.evaluate(fb, fb.copy(), caps, unit)  # two arrays: two decodes
+    assert np.array_equal(T_tied, T_copy) and np.array_equal(peak_tied, peak_copy)
+    assert np.array_equal(ev(fb, fb, caps, unit), T_copy)
+    if mode == "stash":  # stash ties the backward to the forward whatever bbits says
+        assert np.array_equal(T_copy, T)
+
+
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_edp_scans_equal_the_list_simulator_for_every_m(schedule):
     prob = registry.get_problem("sim-s4-b16-s0")

@@ -37,17 +37,19 @@ def _decode(bits, n, s, L, ends, idx, counts):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per_in, per_op,
-                T, peak):  # pragma: no cover - compiled
+                T, peak, tied, memory):  # pragma: no cover - compiled
     """``fb``/``bb`` [N, S, B-1] uint8 cut bits, ``caps`` [N, S] int64 (samples, or
     microbatches when ``unit_mb``), tables as :func:`.evaluator.kernel_tables`'s (``cbf``: a
     backward not directly after the forward of its own samples, docs/MODEL.md §1b),
-    ``static``/``per_in``/``per_op`` [S] memory figures; writes ``T`` [N], ``peak`` [N, S]."""
+    ``static``/``per_in``/``per_op`` [S] memory figures; writes ``T`` [N], ``peak`` [N, S].
+    ``tied``: ``bb`` is ``fb`` (stash mode), decoded once; ``memory`` False: ``peak`` is left
+    as it is and only ``T`` is written (the peak's bookkeeping is a tenth of the work)."""
     N, S, L = fb.shape
     B = L + 1
     fend = np.zeros((S, B), np.int64)
-    bend = np.zeros((S, B), np.int64)
+    bend = fend if tied else np.zeros((S, B), np.int64)
     fidx = np.zeros((S, B), np.int64)
-    bidx = np.zeros((S, B), np.int64)
+    bidx = fidx if tied else np.zeros((S, B), np.int64)
     nK = np.zeros(S, np.int64)
     nL = np.zeros(S, np.int64)
     nf = np.zeros(S, np.int64)
@@ -72,7 +74,10 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per
         remaining = 0
         for s in range(S):
             _decode(fb, n, s, L, fend, fidx, nK)
-            _decode(bb, n, s, L, bend, bidx, nL)
+            if tied:
+                nL[s] = nK[s]
+            else:
+                _decode(bb, n, s, L, bend, bidx, nL)
             remaining += nK[s] + nL[s]
             nf[s] = 0
             nb[s] = 0
@@ -153,8 +158,9 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per
                         c1 = max(lafree[s], t1) + act[s, p]
                         lafree[s] = c1
                         x_end[s, j] = c1
-                    live[s] += per_in[s] * p
-                    pk[s] = max(pk[s], live[s] + per_op[s] * p)
+                    if memory:
+                        live[s] += per_in[s] * p
+                        pk[s] = max(pk[s], live[s] + per_op[s] * p)
                     nf[s] = j + 1
                     donef[s] = a
                     lf_end[s] = a
@@ -181,8 +187,9 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per
                         c1 = max(lgfree[s], t1) + grad[s - 1, q]
                         lgfree[s] = c1
                         y_end[s, i] = c1
-                    pk[s] = max(pk[s], live[s] + per_op[s] * q)
-                    live[s] -= per_in[s] * q
+                    if memory:
+                        pk[s] = max(pk[s], live[s] + per_op[s] * q)
+                        live[s] -= per_in[s] * q
                     nb[s] = i + 1
                     doneb[s] = d
                 remaining -= 1
@@ -196,5 +203,6 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per
         Tn = 0.0
         for s in range(S):
             Tn = max(Tn, sfree[s] + opt[s])
-            peak[n, s] = static[s] + pk[s]
+            if memory:
+                peak[n, s] = static[s] + pk[s]
         T[n] = Tn

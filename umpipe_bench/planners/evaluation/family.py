@@ -71,6 +71,11 @@ class FamilyEvaluator:
     def evaluate(self, fbits: np.ndarray, bbits: np.ndarray | None, caps: np.ndarray,
                  unit: str = "samples") -> tuple[np.ndarray, np.ndarray]:
         """``(T [N], peak [N, S])`` without the memory check (``bbits`` None: stash tie)."""
+        return self._run(fbits, bbits, caps, unit, True)
+
+    def _run(self, fbits: np.ndarray, bbits: np.ndarray | None, caps: np.ndarray, unit: str,
+             memory: bool) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`evaluate`; ``memory`` False: ``peak`` is not computed (left unset)."""
         fb = self._bits(fbits, "fbits")
         bb = fb if (bbits is None or self.mode == "stash") else self._bits(bbits, "bbits")
         N = fb.shape[0]
@@ -84,8 +89,9 @@ class FamilyEvaluator:
         T = np.empty(N, dtype=np.float64)
         peak = np.empty((N, self.S), dtype=np.float64)
         kernel, mb, tables = _kernels().family_pass, unit == "microbatches", self._t + self._m
+        tied = bb is fb  # stash: one decode serves both
         run_row_blocks(N, lambda a, b: kernel(fb[a:b], bb[a:b], k[a:b], mb, *tables, T[a:b],
-                                              peak[a:b]), self.threads,
+                                              peak[a:b], tied, memory), self.threads,
                        self.MIN_ROWS_PER_THREAD, chunk_rows(self.S, self.B))
         self.evaluations += N
         return T, peak
@@ -98,8 +104,9 @@ class FamilyEvaluator:
 
     def __call__(self, fbits: np.ndarray, bbits: np.ndarray | None, caps: np.ndarray,
                  unit: str = "samples") -> np.ndarray:
-        """Iteration times ``[N]``; ``inf`` where a stage's peak exceeds its memory cap."""
-        T, peak = self.evaluate(fbits, bbits, caps, unit)
+        """Iteration times ``[N]``; ``inf`` where a stage's peak exceeds its memory cap
+        (without a cap the peaks are not computed)."""
+        T, peak = self._run(fbits, bbits, caps, unit, self.capacity is not None)
         if self.capacity is not None:
             T[~self.fits(peak)] = np.inf
         return T
