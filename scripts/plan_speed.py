@@ -13,7 +13,9 @@ Two steps (docs/SEARCH.md, "Stopping"):
 * ``table``: reads such files and writes the markdown table: per problem, mode and budget
   label, the median and worst over seeds of the wall time and evaluations to within 0.5 % and
   0.1 % of the best known (``umpipe_bench/problems/best_known.json``, capped family; a seed that
-  never got there counts as not reached, shown as ``-``), the final gap and the run's wall.
+  never got there counts as not reached, shown as ``-``), the final gap, the run's wall and
+  the machine's speed when the runs started (:func:`reference_speed`: a fixed evaluation,
+  microseconds per plan; ``-`` for rows that did not record it).
 
 Wall times are only meaningful on an otherwise idle machine (2 cores here); evaluations do not
 depend on the load.
@@ -60,6 +62,36 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
+#: The machine's speed when a run starts: the family evaluator (one thread) on this fixed
+#: population, microseconds per plan (the median of :data:`REFERENCE_CALLS` calls). Seconds
+#: to a target scale with it: rows made on a machine with twice the figure took about twice
+#: the time.
+REFERENCE = {"S": 16, "B": 64, "P": 256, "seed": 0}
+REFERENCE_CALLS = 5
+
+
+def reference_speed() -> float:
+    """Microseconds per plan of the reference evaluation (:data:`REFERENCE`)."""
+    import numpy as np
+
+    from umpipe_bench.planners.evaluation.encoding import random_bits
+    from umpipe_bench.planners.evaluation.family import FamilyEvaluator
+    from umpipe_bench.synthetic import synthetic_problem
+
+    S, B, P = REFERENCE["S"], REFERENCE["B"], REFERENCE["P"]
+    rng = np.random.default_rng(REFERENCE["seed"])
+    fb = random_bits(rng, P, S, B)
+    caps = rng.integers(1, B + 1, size=(P, S))
+    ev = FamilyEvaluator(synthetic_problem(S=S, B=B, seed=REFERENCE["seed"]), "stash")
+    ev(fb, None, caps)  # compile or load the cache
+    times = []
+    for _ in range(REFERENCE_CALLS):
+        t0 = time.perf_counter()
+        ev(fb, None, caps)
+        times.append((time.perf_counter() - t0) / P)
+    return round(1e6 * statistics.median(times), 2)
+
+
 def run(args: argparse.Namespace) -> int:
     problems = args.problems.split(",") if args.problems else default_problems()
     modes = args.modes.split(",")
@@ -74,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         problem = get_problem(name)
         for mode in modes:
             for seed in parse_seeds(args.seeds):
+                speed = reference_speed()
                 t0 = time.perf_counter()
                 r = TiDGAP(**sets).plan(problem, mode=mode, seed=seed, budget=budget)
                 wall = time.perf_counter() - t0
@@ -81,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
                     "label": args.label, "problem": name, "mode": mode, "seed": seed,
                     "budget": args.budget or "default", "settings": sets,
                     "T": r.iteration_time, "evaluations": r.evaluations,
-                    "wall": round(wall, 3), "schedule": r.schedule, "timed": not args.untimed,
+                    "wall": round(wall, 3), "reference_us": speed,
+                    "schedule": r.schedule, "timed": not args.untimed,
                     "history": _improvements(r.history),
                 }
                 if plans is not None:
@@ -144,8 +178,9 @@ def table(args: argparse.Namespace) -> int:
         groups.setdefault((r["problem"], r["mode"], r["label"]), []).append(r)
     order = {p: i for i, p in enumerate(default_problems())}
     print("| problem | mode | run | seeds | s to 0.5 % | evals to 0.5 % | s to 0.1 % | "
-          "evals to 0.1 % | final gap median / worst | within 0.5 % | wall median / max |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "evals to 0.1 % | final gap median / worst | within 0.5 % | wall median / max | "
+          "reference us/plan |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (p, mode, label), rs in sorted(groups.items(),
                                        key=lambda kv: (order.get(kv[0][0], 99), kv[0][1],
                                                        kv[0][2])):
@@ -164,8 +199,14 @@ def table(args: argparse.Namespace) -> int:
         print(f"| {p} | {mode} | {label} | {len(rs)} | {' | '.join(cells)} | "
               f"{statistics.median(gaps):+.2f} % / {gaps[-1]:+.2f} % | {within}/{len(rs)} | "
               + (f"{_num(statistics.median(walls), 's')} / {_num(max(walls), 's')} |" if timed
-                 else "n/t |"))
+                 else "n/t |") + f" {_reference(rs)} |")
     return 0
+
+
+def _reference(rows: list[dict[str, Any]]) -> str:
+    """The median machine speed of the rows that recorded it (``-``: none did)."""
+    got = [r["reference_us"] for r in rows if r.get("reference_us")]
+    return f"{statistics.median(got):.1f}" if got else "-"
 
 
 def offer(args: argparse.Namespace) -> int:
