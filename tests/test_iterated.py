@@ -291,3 +291,51 @@ def test_a_full_sweep_tries_the_column_moves_first(mode, batches):
     calls.clear()
     moves.sweep(walk_from(evaluate, g, 0.0, mode, 10**6), range(1, S))
     assert calls and all(len(c.fwd) != n for c in calls)
+
+
+def _every_stage_every_sweep(monkeypatch):
+    """The pair descent as it was before it passed over settled stages: every sweep tries
+    every stage (the walk's memory of settled stages forgotten before each sweep)."""
+    from umpipe_bench.planners.algorithms.pair_descent import PairMoves
+
+    sweep = PairMoves.sweep
+
+    def forgetful(self, w, stages):
+        w.settled.clear()
+        return sweep(self, w, stages)
+
+    monkeypatch.setattr(PairMoves, "sweep", forgetful)
+
+
+@pytest.mark.parametrize("mode", ["stash", "recompute"])
+def test_passing_over_settled_stages_keeps_the_walk_and_saves_evaluations(mode, monkeypatch):
+    """A stage whose moves were all tried since the walk last moved is not tried again: the
+    pair descent and the iterated descent end at the same plans, with fewer evaluations."""
+    S, B = 5, 10
+    p = synthetic_problem(S, B, 4)
+    obj = FamilyObjective(p, mode)
+    runs = {}
+    for label in ("skip", "every"):
+        if label == "every":
+            _every_stage_every_sweep(monkeypatch)
+        out = []
+        for seed in range(3):
+            rng = np.random.default_rng(seed)
+            f = rng.integers(0, 2, (1, S, B - 1), dtype=np.uint8)
+            g = Genomes(f, rng.integers(0, 2, f.shape, dtype=np.uint8)
+                        if mode == "recompute" else f,
+                        rng.integers(1, B + 1, (1, S), dtype=np.int64))
+            T = float(obj.evaluate(g)[0])
+            d = pair_descent(obj.evaluate, g, T, mode, 10**7, None, 1, True)
+            it = iterated_descent(obj.evaluate, g, T, mode, 10**8,
+                                  np.random.default_rng(seed), None, 1, True)
+            out.append((d.genome.fwd.tobytes(), d.genome.bwd.tobytes(), d.genome.caps.tobytes(),
+                        d.time, d.evaluations, it.genome.fwd.tobytes(), it.time,
+                        it.evaluations))
+        runs[label] = out
+    for a, b in zip(runs["skip"], runs["every"]):
+        assert a[:4] == b[:4] and a[5:7] == b[5:7]  # the same plans and times
+        assert a[4] <= b[4] and a[7] <= b[7]
+    # the descent's last sweep finds nothing: the stages after the last move are settled
+    assert sum(a[4] for a in runs["skip"]) < sum(b[4] for b in runs["every"])
+    assert sum(a[7] for a in runs["skip"]) < sum(b[7] for b in runs["every"])

@@ -94,7 +94,11 @@ class Descent:
 class Walk:
     """A descent's current genome ``(f, b, k)``, its T and its evaluations: candidates are
     copies of the genome with one move each, and a batch moves the walk to its fastest row
-    when that beats the current T (the stage descent and :mod:`.pair_descent`)."""
+    when that beats the current T (the stage descent and :mod:`.pair_descent`).
+
+    ``moves`` counts the moves; ``settled`` maps a group of candidates (a stage's, say) to the
+    ``moves`` at which all of it was last tried without a move: while ``moves`` is still that,
+    the genome and T are as they were, so the same candidates would move nothing again."""
 
     def __init__(self, evaluate: Callable[[Genomes], np.ndarray], f: np.ndarray,
                  b: np.ndarray, k: np.ndarray | None, best: float, recompute: bool,
@@ -102,6 +106,8 @@ class Walk:
         self.evaluate, self.recompute, self.room, self.deadline = evaluate, recompute, room, \
             deadline
         self.f, self.b, self.k, self.best, self.used = f, b, k, best, 0
+        self.moves = 0
+        self.settled: dict[object, int] = {}
 
     def copies(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """``n`` copies of the current genome (stash: the backward is the forward)."""
@@ -125,6 +131,7 @@ class Walk:
             self.f = F[i].copy()
             self.b = Bb[i].copy() if self.recompute else self.f
             self.k = None if K is None else K[i].copy()
+            self.moves += 1
             return True
         return False
 

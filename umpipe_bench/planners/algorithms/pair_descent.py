@@ -15,8 +15,9 @@ objective per stage and chromosome:
   and set to the next stage's;
 
 and moves to the best candidate when it is faster. Sweeps repeat until one gains less than
-:data:`MIN_GAIN` or the allowance of evaluations is spent. No randomness: one plan in, one
-plan out.
+:data:`MIN_GAIN` or the allowance of evaluations is spent; a sweep passes over a stage whose
+moves were all tried since the walk last moved (``Walk.settled``: they would move nothing
+again). No randomness: one plan in, one plan out.
 """
 
 from __future__ import annotations
@@ -88,51 +89,70 @@ class PairMoves:
 
     def sweep(self, w: Walk, stages: range) -> bool:
         """Every move on ``stages`` (and their next stage), in order; False when a batch
-        would pass the walk's allowance or deadline (the sweep stops there)."""
-        flips, ni, nj, S, B = self.flips, self.ni, self.nj, self.S, self.B
-        if self.columns and S > 1 and len(stages) == S:
+        would pass the walk's allowance or deadline (the sweep stops there). A stage whose
+        moves were all tried since the walk last moved (``Walk.settled``) is passed over:
+        they would move nothing again, so the walk goes where it went, with fewer
+        evaluations."""
+        S = self.S
+        if (self.columns and S > 1 and len(stages) == S
+                and w.settled.get("columns") != w.moves):
+            at = w.moves
             for parts in ((("f",), ("b",), ("f", "b")) if len(self.parts) > 1 else (("f",),)):
                 F, Bb, K = w.copies(self.column_count())
                 for part in parts:
                     column_moves(F if part == "f" else Bb)
                 if w.trial(F, Bb, K) is None:
                     return False
+            if w.moves == at:
+                w.settled["columns"] = at
         for s in stages:
-            for part in self.parts:
+            if w.settled.get(s) == w.moves:
+                continue
+            at = w.moves
+            if not self._stage(w, s):
+                return False
+            if w.moves == at:
+                w.settled[s] = at
+        return True
+
+    def _stage(self, w: Walk, s: int) -> bool:
+        """Stage ``s``'s moves (module docstring); False as :meth:`sweep`."""
+        flips, ni, nj, S, B = self.flips, self.ni, self.nj, self.S, self.B
+        for part in self.parts:
+            F, Bb, K = w.copies(len(flips))
+            X = F if part == "f" else Bb
+            X[:, s] ^= flips
+            if w.trial(F, Bb, K) is None:
+                return False
+            if s + 1 < S:
                 F, Bb, K = w.copies(len(flips))
                 X = F if part == "f" else Bb
                 X[:, s] ^= flips
+                X[:, s + 1] ^= flips
                 if w.trial(F, Bb, K) is None:
                     return False
-                if s + 1 < S:
-                    F, Bb, K = w.copies(len(flips))
-                    X = F if part == "f" else Bb
-                    X[:, s] ^= flips
-                    X[:, s + 1] ^= flips
-                    if w.trial(F, Bb, K) is None:
-                        return False
-                    n = len(ni)
-                    F, Bb, K = w.copies(n + 2)
-                    X = F if part == "f" else Bb
-                    X[np.arange(n), s, ni] ^= 1
-                    X[np.arange(n), s + 1, nj] ^= 1
-                    X[n, s + 1] = X[n, s]
-                    X[n + 1, s] = X[n + 1, s + 1]
-                    if w.trial(F, Bb, K) is None:
-                        return False
-            if w.k is not None:
-                cand = w.k[s] + np.array(CAP_STEPS, dtype=np.int64)
-                if s + 1 < S:
-                    cand = np.append(cand, w.k[s + 1])
-                cand = np.clip(cand, 1, B)
-                if self.cap_limits is not None:
-                    cand = np.minimum(cand, self.cap_limits[s])
-                cand = np.unique(cand[cand != w.k[s]])
-                if len(cand):
-                    F, Bb, K = w.copies(len(cand))
-                    K[:, s] = cand  # type: ignore[index]
-                    if w.trial(F, Bb, K) is None:
-                        return False
+                n = len(ni)
+                F, Bb, K = w.copies(n + 2)
+                X = F if part == "f" else Bb
+                X[np.arange(n), s, ni] ^= 1
+                X[np.arange(n), s + 1, nj] ^= 1
+                X[n, s + 1] = X[n, s]
+                X[n + 1, s] = X[n + 1, s + 1]
+                if w.trial(F, Bb, K) is None:
+                    return False
+        if w.k is not None:
+            cand = w.k[s] + np.array(CAP_STEPS, dtype=np.int64)
+            if s + 1 < S:
+                cand = np.append(cand, w.k[s + 1])
+            cand = np.clip(cand, 1, B)
+            if self.cap_limits is not None:
+                cand = np.minimum(cand, self.cap_limits[s])
+            cand = np.unique(cand[cand != w.k[s]])
+            if len(cand):
+                F, Bb, K = w.copies(len(cand))
+                K[:, s] = cand  # type: ignore[index]
+                if w.trial(F, Bb, K) is None:
+                    return False
         return True
 
     def column_count(self) -> int:
