@@ -244,15 +244,20 @@ def test_best_edp_is_the_best_m_that_fits_and_names_the_stage_when_none_does():
 
 
 # ----------------------------------------------------------------------------- the evaluator
+def _population(prob, seed: int, N: int):
+    """Random forward and backward cut bits and caps of ``N`` plans."""
+    rng = np.random.default_rng(seed)
+    fb = random_bits(rng, N, prob.S, prob.B)
+    bb = random_bits(rng, N, prob.S, prob.B)
+    return fb, bb, rng.integers(1, prob.B + 1, size=(N, prob.S))
+
+
 @pytest.mark.parametrize("name", ["sim-s3-b6-s0", "sim-s4-b16-s0", "gpt1-14", "vgg16"])
 @pytest.mark.parametrize("mode", ["stash", "recompute"])
 def test_family_evaluator_is_bit_identical_to_the_list_simulator(name, mode):
     prob = registry.get_problem(name)
-    rng = np.random.default_rng(7)
     N = 40
-    fb = random_bits(rng, N, prob.S, prob.B)
-    bb = random_bits(rng, N, prob.S, prob.B)
-    caps = rng.integers(1, prob.B + 1, size=(N, prob.S))
+    fb, bb, caps = _population(prob, 7, N)
     caps[:5] = prob.B
     T, peak = FamilyEvaluator(prob, mode).evaluate(fb, bb, caps)
     for n in range(N):
@@ -269,11 +274,7 @@ def test_times_without_peaks_and_one_decode_for_tied_bits_are_bit_identical(name
     # the kernel's two shortcuts: without a memory cap the call skips the peaks, and the same
     # array as forward and backward bits is decoded once; neither may change a time
     prob = registry.get_problem(name)
-    rng = np.random.default_rng(11)
-    N = 60
-    fb = random_bits(rng, N, prob.S, prob.B)
-    bb = random_bits(rng, N, prob.S, prob.B)
-    caps = rng.integers(1, prob.B + 1, size=(N, prob.S))
+    fb, bb, caps = _population(prob, 11, 60)
     ev = FamilyEvaluator(prob, mode)
     T, _ = ev.evaluate(fb, bb, caps, unit)
     assert np.array_equal(ev(fb, bb, caps, unit), T)

@@ -43,7 +43,8 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per
     backward not directly after the forward of its own samples, docs/MODEL.md §1b),
     ``static``/``per_in``/``per_op`` [S] memory figures; writes ``T`` [N], ``peak`` [N, S].
     ``tied``: ``bb`` is ``fb`` (stash mode), decoded once; ``memory`` False: ``peak`` is left
-    as it is and only ``T`` is written (the peak's bookkeeping is a tenth of the work)."""
+    as it is and only ``T`` is written (the peaks cost up to a seventh of the kernel's time,
+    results/perf/family-shortcuts.txt)."""
     N, S, L = fb.shape
     B = L + 1
     fend = np.zeros((S, B), np.int64)
