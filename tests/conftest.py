@@ -37,6 +37,26 @@ def make_problem(
     ).validate()
 
 
+@pytest.fixture(scope="session")
+def script_module():
+    """A loader of the modules in ``scripts/`` (``script_module("plan_speed")``), which are
+    not a package: the folder is on ``sys.path`` only while one is imported."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    folder = str(Path(__file__).resolve().parents[1] / "scripts")
+
+    def load(name: str):
+        sys.path.insert(0, folder)
+        try:
+            return importlib.import_module(name)
+        finally:
+            sys.path.remove(folder)
+
+    return load
+
+
 @pytest.fixture
 def problem_factory():
     return make_problem

@@ -4,23 +4,14 @@ first line names how the rows were made and the command that remakes the page fr
 
 from __future__ import annotations
 
-import importlib
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def script():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        return importlib.import_module("chunk_plans")
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+def script(script_module):
+    return script_module("chunk_plans")
 
 
 def _row(problem, seed, gain):

@@ -4,23 +4,14 @@ recorded it and ``-`` when none did; rows made on one machine keep their other c
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def script():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        return importlib.import_module("plan_speed")
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+def script(script_module):
+    return script_module("plan_speed")
 
 
 def _row(label, seed, T, reference=None):
