@@ -37,7 +37,7 @@ from umpipe_bench.errors import InputError
 from umpipe_bench.layout import balanced_counts
 from umpipe_bench.problem import Problem, atomic_write_text
 from umpipe_bench.registry import get_problem
-from umpipe_bench.torch_schedules import check, schedule_info, torch_orders
+from umpipe_bench.torch_schedules import check, schedule_info, torch_orders, torch_send_after
 from umpipe_bench.torch_schedules.best import simulate_chunks
 
 SCHEDULES = ("looped-bfs", "zbv", "dualpipev")
@@ -154,7 +154,8 @@ def run_case(pname: str, problem: Problem, D: int, name: str, M: int, n_random: 
         return None
     counts = balanced_counts(problem.S, C)
     ref = simulate_chunks(problem, counts, info.layout, D, v, M, "stash",
-                          torch_orders(name, D, M, v))
+                          torch_orders(name, D, M, v),
+                          send_after=torch_send_after(name, D, M, v))
     peak_cap = max(ref.peak_memory or [0.0])
     start = torch_plan(name, D, M, counts, problem.B)
     near = simulate_plan(problem, start)

@@ -229,7 +229,7 @@ def _report(entries_file: str, ops_dir: str, runs: list[str], charges: list[floa
     from umpipe_bench.devsim import edp_sizes, simulate_devices
     from umpipe_bench.layout import chunk_devices, group_layers
     from umpipe_bench.problem import Problem
-    from umpipe_bench.torch_schedules import schedule_info, torch_orders
+    from umpipe_bench.torch_schedules import schedule_info, torch_orders, torch_send_after
 
     spec = json.loads(Path(entries_file).read_text(encoding="utf-8"))
     P = Problem.load(spec["workload"])
@@ -266,12 +266,14 @@ def _report(entries_file: str, ops_dir: str, runs: list[str], charges: list[floa
             lines.append(f"| {lab} | {k} | {' '.join(cells)} |")
         info = schedule_info(e["torch_class"])
         v = e["v"]
-        lists = torch_orders(info.name, 2, e["M"], None if info.layout == "one" else v)
+        vv = None if info.layout == "one" else v
+        lists = torch_orders(info.name, 2, e["M"], vv)
+        held = torch_send_after(info.name, 2, e["M"], vv)
         cd = chunk_devices(info.layout, 2, v)
         sizes = edp_sizes(P.B, e["M"])
-        pred = simulate_devices(G, cd, lists, sizes, "stash").iteration_time
+        pred = simulate_devices(G, cd, lists, sizes, "stash", send_after=held).iteration_time
         G2 = Problem.from_dict(d)
-        replay = [_replay(G2, cd, lists, sizes, h) for h in charges]
+        replay = [_replay(G2, cd, lists, sizes, h, held) for h in charges]
         meas = float(np.median([{r["label"]: r["median"] for r in rows}[lab] for rows in measured]))
         table.append((lab, meas, pred, replay))
     lines += ["", "In-runtime over profiled, all actions of a kind: " + ", ".join(
@@ -290,11 +292,12 @@ def _report(entries_file: str, ops_dir: str, runs: list[str], charges: list[floa
     return "\n".join(lines)
 
 
-def _replay(problem: Any, cd: Any, lists: Any, sizes: Any, charge: float) -> float:
+def _replay(problem: Any, cd: Any, lists: Any, sizes: Any, charge: float,
+            send_after: Any = None) -> float:
     """The simulator's T with ``charge`` seconds of device time added to an action for each
-    cross-device message it sends or receives. An action's message count depends only on its
-    kind and chunk (the chunk's device is fixed), so the charge is folded into that chunk's
-    cost of that kind at every size."""
+    cross-device message it sends or receives (outputs leaving where ``send_after`` says).
+    An action's message count depends only on its kind and chunk (the chunk's device is
+    fixed), so the charge is folded into that chunk's cost of that kind at every size."""
     from umpipe_bench.devsim import simulate_devices
     from umpipe_bench.problem import Problem
 
@@ -307,7 +310,8 @@ def _replay(problem: Any, cd: Any, lists: Any, sizes: Any, charge: float) -> flo
         for attr in ("fwd", "bwd", "ibwd"):
             if st.get(attr) is not None:
                 st[attr] = [x + (up + down) * charge for x in st[attr]]
-    return simulate_devices(Problem.from_dict(d), cd, lists, sizes, "stash").iteration_time
+    return simulate_devices(Problem.from_dict(d), cd, lists, sizes, "stash",
+                            send_after=send_after).iteration_time
 
 
 def main(argv: list[str] | None = None) -> int:

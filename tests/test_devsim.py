@@ -145,6 +145,28 @@ def test_split_backward_costs_and_dependencies():
         simulate_devices(_uniform(2, 1, 1.0, 5.0), (0, 1), lists, (1,))
 
 
+def test_held_output_leaves_with_the_later_action():
+    p = _uniform(2, 2, f=1.0, b=2.0)
+    lists = [["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F1", "1B1"]]
+    # 0F0 [0,1] 0F1 [1,2]; 1F0 [1,2] 1B0 [2,4] 1F1 [4,5] 1B1 [5,7]; 0B0 [4,6] 0B1 [7,9]
+    assert simulate_devices(p, (0, 1), lists, (1, 1)).iteration_time == pytest.approx(9.0)
+    same = [list(range(4)), list(range(4))]
+    assert simulate_devices(p, (0, 1), lists, (1, 1), send_after=same).iteration_time \
+        == pytest.approx(9.0)
+    # 0F0's output leaves when 0F1 ends: 1F0 [2,3] 1B0 [3,5] 1F1 [5,6] 1B1 [6,8]; 0B1 [8,10]
+    tl = simulate_devices(p, (0, 1), lists, (1, 1), send_after=[[1, 1, 2, 3], list(range(4))])
+    assert tl.iteration_time == pytest.approx(10.0)
+    assert tl.ops[1][0] == ("1F0", 2.0, 3.0)
+    assert [t for t in tl.transfers if t[2] == "0F0"] == [(0, 1, "0F0", 2.0, 2.0)]
+    for bad, msg in (([[1, 0, 2, 3], same[1]], "device 0, action 1 .0F1.: expected a "
+                      "position in 1..3, got 0"),
+                     ([[1, 1, 2, 4], same[1]], "in 3..3, got 4"),
+                     ([[0, 1, 2], same[1]], "device 0 has 3 positions for 4 actions"),
+                     ([same[0]], "1 rows for 2 devices")):
+        with pytest.raises(DevSimError, match=msg):
+            simulate_devices(p, (0, 1), lists, (1, 1), send_after=bad)
+
+
 def test_split_memory_frees_after_i_and_w():
     mem = StageMemory(param_bytes=10.0, saved_act_bytes_per_sample=100.0,
                       input_bytes_per_sample=7.0, w_held_bytes_per_sample=40.0)

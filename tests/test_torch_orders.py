@@ -28,6 +28,7 @@ from umpipe_bench.torch_schedules import (
     check,
     schedule_info,
     torch_orders,
+    torch_send_after,
 )
 
 pytestmark = pytest.mark.slow  # the fast tier (-m "not slow") leaves this module out
@@ -211,6 +212,85 @@ def test_stage_counts_torch_refuses_for_v_schedules_match_check():
             with pytest.raises(ValueError, match="2 stages per rank"):
                 cls = getattr(ts, TORCH_SCHEDULES[name].torch_class)
                 cls([_LoggingStage(c, 4 * v, 4, 0, []) for c in range(0, 4 * v, 4)], 8)
+
+
+# ------------------------------------------------------------- where the outputs leave
+class _SendLoggingStage(_LoggingStage):
+    """Also records each call for the ops that send a microbatch's output (``send:0F1``) or
+    input gradient (``send:0B1``); the calls still return no ops."""
+
+    def get_fwd_send_ops(self, mb):
+        self.log.append(f"send:{self.stage_index}F{mb}")
+        return []
+
+    def get_bwd_send_ops(self, mb):
+        self.log.append(f"send:{self.stage_index}B{mb}")
+        return []
+
+
+def _executed_sends(name: str, D: int, M: int, v: int) -> list[list[int]]:
+    """Per rank and compute call, the index of the last compute call made before the runtime
+    asked for that call's cross-rank send ops (the call itself when it sends nothing)."""
+    info = TORCH_SCHEDULES[name]
+    where = chunk_devices(info.layout, D, v)
+    n = D * v
+    out = []
+    for rank in range(D):
+        log: list[str] = []
+        mine = [c for c, d in enumerate(where) if d == rank]
+        stages = [_SendLoggingStage(c, n, D, rank, log) for c in mine]
+        cls = getattr(ts, info.torch_class)
+        sched = cls(stages, M, loss_fn=lambda out, target: out)
+        for attr in ("_initialize_stages", "_maybe_compute_loss", "_maybe_get_loss",
+                     "_update_losses"):
+            setattr(sched, attr, lambda *a, **k: None)
+        sched._check_inputs = lambda args, kwargs, targets, losses: ([()] * M, [{}] * M)
+        sched._step_microbatches([()] * M, [{}] * M, None, None)
+        at: list[int] = []
+        index: dict[tuple[int, str, int], int] = {}
+        for entry in log:
+            if not entry.startswith("send:"):
+                c, k, m = _parts(entry)
+                index[c, "F" if k == "F" else "B", m] = len(at)
+                at.append(len(at))
+                continue
+            c, k, m = _parts(entry[5:])
+            other = c + 1 if k == "F" else c - 1
+            if 0 <= other < n and where[other] != rank:
+                at[index[c, k, m]] = len(at) - 1
+        out.append(at)
+    return out
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if not TORCH_SCHEDULES[n].single])
+def test_torch_send_after_is_where_the_runtime_sends(name):
+    """For every multi-stage schedule, D <= 4, M <= 12, v <= 3 where torch accepts them: the
+    positions ``torch_send_after`` gives are those at which torch's runtime, running the
+    schedule with recording stages, asks for each output's send ops. Only DualPipeV holds any
+    (the forward of each OVERLAP_F_B pair whose output crosses ranks waits for the pair's
+    backward); the others send every output at the end of the action that made it."""
+    held = 0
+    for D in (2, 3, 4):
+        for v in _valid_vs(name):
+            if v > 3:
+                continue
+            for M in range(1, 13):
+                try:
+                    check(name, D, M, v)
+                except ScheduleShapeError:
+                    continue
+                ran = _executed_sends(name, D, M, v)
+                got = torch_send_after(name, D, M, v)
+                if got is None:
+                    got = [list(range(len(r))) for r in ran]
+                assert got == ran, (name, D, M, v)
+                held += sum(k != i for r in ran for i, k in enumerate(r))
+    assert (held > 0) == (name == "dualpipev")
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if TORCH_SCHEDULES[n].single])
+def test_single_stage_schedules_hold_no_send(name):
+    assert torch_send_after(name, 4, 8) is None
 
 
 # ----------------------------------------------------------- torch's IR against what it runs

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -249,6 +250,7 @@ def simulate_devices(
     *,
     parts: Sequence[ChunkParts] | None = None,
     message_cpu: tuple[float, float] = (0.0, 0.0),
+    send_after: Sequence[Sequence[int]] | None = None,
     check: bool = True,
 ) -> DeviceTimeline:
     """Simulate one iteration of per-device action ``lists`` (module docstring).
@@ -260,8 +262,13 @@ def simulate_devices(
     runtime adds to every action beyond the profiled compute (torch's stage bookkeeping and
     point-to-point calls; docs/TORCH-SCHEDULES.md §7), 0 by default; ``message_cpu``: the
     CPU charge of a cross-device message on both ends (module docstring), off by default;
-    ``check=False`` skips the check that the lists run every operation once on its chunk's
-    device (for a caller that has checked the same lists, partitions and devices before).
+    ``send_after[d][i]``: the position ``k >= i`` in device ``d``'s list at whose end the
+    outputs of its action ``i`` leave for another device (torch's runtime sends both outputs
+    of an ``OVERLAP_F_B`` pair after its second action:
+    :func:`umpipe_bench.torch_schedules.torch_send_after`); None: every action sends at its
+    own end. ``check=False`` skips the check that the lists run every operation once on its
+    chunk's device (for a caller that has checked the same lists, partitions and devices
+    before).
     """
     if not op_overhead >= 0 or op_overhead == float("inf"):
         raise DevSimError(f"op_overhead must be a finite number of seconds >= 0, got "
@@ -278,6 +285,7 @@ def simulate_devices(
     acts = [[a if isinstance(a, Action) else parse_action(a) for a in row] for row in lists]
     if check:
         _check_lists(acts, C, cparts, chunk_device)
+    held = _send_after(send_after, acts)
     tb = problem.tables()
     split = any(a.kind in "IW" for row in acts for a in row)
     if split and not problem.has_split_backward:
@@ -334,6 +342,7 @@ def simulate_devices(
     pos = [0] * D
     placed: list[list[tuple[str, float, float]]] = [[] for _ in range(D)]
     transfers: list[tuple[int, int, str, float, float]] = []
+    waiting: defaultdict[tuple[int, int], list[tuple[Action, int]]] = defaultdict(list)
     remaining = sum(len(r) for r in acts)
 
     def latest(table: dict[tuple[int, int], float], c: int, idx: range) -> float | None:
@@ -422,12 +431,21 @@ def simulate_devices(
                 placed[d].append((str(a), t0, t1))
                 if a.kind == "F":
                     f_end[(c, j)] = t1
-                    if c < C - 1:
-                        x_arr[(c, j)] = send(c, c + 1, t1, tb.act[c, m], str(a))
                 elif a.kind in "BI":
                     g_end[(c, j)] = t1
-                    if c > 0:
-                        y_arr[(c, j)] = send(c, c - 1, t1, tb.grad[c - 1, m], str(a))
+                if held is None or held[d][pos[d]] == pos[d]:
+                    outs = [(a, m)]
+                else:  # its outputs leave with a later action's
+                    waiting[(d, held[d][pos[d]])].append((a, m))
+                    outs = []
+                outs = waiting.pop((d, pos[d]), []) + outs
+                for b, mb in outs:
+                    if b.kind == "F" and b.chunk < C - 1:
+                        x_arr[(b.chunk, b.mb)] = send(b.chunk, b.chunk + 1, t1,
+                                                      tb.act[b.chunk, mb], str(b))
+                    elif b.kind in "BI" and b.chunk > 0:
+                        y_arr[(b.chunk, b.mb)] = send(b.chunk, b.chunk - 1, t1,
+                                                      tb.grad[b.chunk - 1, mb], str(b))
                 pos[d] += 1
                 remaining -= 1
                 progressed = True
@@ -449,6 +467,28 @@ def simulate_devices(
         peak_memory=device_peaks(problem, chunk_device, acts, None, mode, parts=cparts),
         chunk_device=tuple(chunk_device),
     )
+
+
+def _send_after(value: Sequence[Sequence[int]] | None,
+                acts: list[list[Action]]) -> list[list[int]] | None:
+    """``send_after`` checked against the lists: one position per action, ``i <= k < len``;
+    None when every action sends at its own end."""
+    if value is None:
+        return None
+    rows = [list(r) for r in value]
+    if len(rows) != len(acts):
+        raise DevSimError(f"send_after has {len(rows)} rows for {len(acts)} devices")
+    for d, (row, act) in enumerate(zip(rows, acts)):
+        if len(row) != len(act):
+            raise DevSimError(f"send_after: device {d} has {len(row)} positions for "
+                              f"{len(act)} actions")
+        for i, k in enumerate(row):
+            if not (isinstance(k, int) and i <= k < len(act)):
+                raise DevSimError(f"send_after: device {d}, action {i} ({act[i]}): expected "
+                                  f"a position in {i}..{len(act) - 1}, got {k!r}")
+    if all(k == i for row in rows for i, k in enumerate(row)):
+        return None
+    return rows
 
 
 def _message_cpu(value: Any) -> tuple[float, float]:

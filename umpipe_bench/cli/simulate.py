@@ -152,7 +152,7 @@ def run_devices(args: argparse.Namespace) -> int:
     from ..errors import UmpipeError
     from ..layout import Layout, balanced_counts, group_layers
     from ..memory import format_bytes, parse_size
-    from ..torch_schedules import check, schedule_info, torch_orders
+    from ..torch_schedules import check, schedule_info, torch_orders, torch_send_after
     from ._lookup import problem as get_problem
     from ._paths import check_output_file
 
@@ -185,7 +185,8 @@ def run_devices(args: argparse.Namespace) -> int:
     mode = args.mode or "stash"
     lists = torch_orders(info.name, D, M, v)
     sizes = edp_sizes(problem.B, M)
-    tl = simulate_devices(chunks, layout.devices, lists, sizes, mode, args.op_overhead)
+    tl = simulate_devices(chunks, layout.devices, lists, sizes, mode, args.op_overhead,
+                          send_after=torch_send_after(info.name, D, M, v))
     _device_pictures(args, tl, [(sizes, sizes, sizes)] * C,
                      {"problem": problem.name, "schedule": info.name, "mode": mode, "D": D,
                       "v": v, "M": M, "partition": list(counts)},

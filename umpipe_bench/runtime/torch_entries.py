@@ -150,7 +150,7 @@ def predict_rows(problem_name: str, rows: list[dict[str, Any]], op_overhead: flo
                  message_cpu: tuple[float, float] | None = None) -> list[float]:
     """The device simulator's T of every measured entry (``rows`` of a run's summary);
     ``message_cpu`` as in :func:`predicted_entries`."""
-    from umpipe_bench.torch_schedules import schedule_info, torch_orders
+    from umpipe_bench.torch_schedules import schedule_info, torch_orders, torch_send_after
     from umpipe_bench.torch_schedules.best import simulate_chunks
 
     problem = get_problem(problem_name)
@@ -159,9 +159,12 @@ def predict_rows(problem_name: str, rows: list[dict[str, Any]], op_overhead: flo
     for r in rows:
         info = schedule_info(r["torch_class"])
         v = r["v"]
-        lists = torch_orders(info.name, D, r["M"], None if info.layout == "one" else v)
+        vv = None if info.layout == "one" else v
+        lists = torch_orders(info.name, D, r["M"], vv)
         out.append(simulate_chunks(problem, r["partition"], info.layout, D, v, r["M"], "stash",
-                                   lists, op_overhead, msg).iteration_time)
+                                   lists, op_overhead, msg,
+                                   send_after=torch_send_after(info.name, D, r["M"], vv)
+                                   ).iteration_time)
     return out
 
 

@@ -14,6 +14,7 @@ from .orders import (
     check,
     schedule_info,
     torch_orders,
+    torch_send_after,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "check",
     "schedule_info",
     "torch_orders",
+    "torch_send_after",
 ]

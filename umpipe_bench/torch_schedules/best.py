@@ -43,6 +43,8 @@ __all__ = ["ScheduleChoice", "best_choice", "compositions", "divisors"]
 
 #: (name, D, M, v) -> per-device action lists
 OrdersFn = Callable[[str, int, int, int | None], list[list[str]]]
+#: (schedule, D, M, v) -> per device, where each action's output leaves (None: at its end)
+SendAfterFn = Callable[[str, int, int, int | None], list[list[int]] | None]
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ def best_choice(
     vs: Sequence[int] = (2, 3, 4),
     Ms: Sequence[int] | None = None,
     orders: OrdersFn,
+    send_after: SendAfterFn | None = None,
     valid: Callable[[int, int, int | None], bool] = lambda D, M, v: True,
     op_overhead: float = 0.0,
     message_cpu: tuple[float, float] = (0.0, 0.0),
@@ -123,7 +126,10 @@ def best_choice(
 
     ``kind``: the schedule's layout (``one``, ``loop``, ``v``); ``split``: whether its lists
     use I and W; ``vs``: chunks per device to try for ``loop`` layouts when ``v`` is None;
-    ``Ms``: microbatch counts to try (default: every divisor of ``B``); ``valid(D, M, v)``:
+    ``Ms``: microbatch counts to try (default: every divisor of ``B``); ``send_after(schedule,
+    D, M, v)``: where each action's output leaves (:func:`umpipe_bench.devsim.
+    simulate_devices`; a later send only adds time, so the bound stays a lower bound), None:
+    at its own end; ``valid(D, M, v)``:
     whether torch accepts the combination. ``memory_cap``: bytes for every device, or one
     figure per device. ``op_overhead``: seconds added to every action, ``message_cpu``: the
     CPU charge of a cross-device message on both ends (:func:`umpipe_bench.devsim.
@@ -173,6 +179,7 @@ def best_choice(
     # per (v, M): torch's lists parsed once, checked with the first partition simulated (the
     # check depends on the chunk count, the sizes and the devices, not on the partition)
     lists: dict[tuple[int, int], list[list[Action]]] = {}
+    sends: dict[tuple[int, int], list[list[int]] | None] = {}
     # under a cap, each candidate's peaks come first, from its chunks' memory figures alone
     # (the simulator's own walk, so a candidate skipped here is one it would refuse)
     mem_of: dict[tuple[int, ...], list[Any] | None] = {}
@@ -186,6 +193,8 @@ def best_choice(
             raw = orders(schedule, D, M, None if kind == "one" else vv)
             acts = [[a if isinstance(a, Action) else parse_action(a) for a in row]
                     for row in raw]
+            sends[(vv, M)] = None if send_after is None else send_after(
+                schedule, D, M, None if kind == "one" else vv)
         if memory_cap is not None and (vv, M) in lists:
             if counts not in mem_of:
                 ends = list(accumulate(counts))
@@ -198,7 +207,8 @@ def best_choice(
                 if not _fits(tuple(pk), memory_cap):
                     continue
         tl = simulate_chunks(problem, counts, kind, D, vv, M, mode, acts, op_overhead,
-                             message_cpu, grouped=grouped, check=(vv, M) not in lists)
+                             message_cpu, grouped=grouped, check=(vv, M) not in lists,
+                             send_after=sends[(vv, M)])
         lists[(vv, M)] = acts
         evaluated += 1
         peaks = None if tl.peak_memory is None else tuple(tl.peak_memory)
@@ -222,9 +232,10 @@ def simulate_chunks(problem: Problem, counts: Sequence[int], kind: str, D: int, 
                     mode: str, lists: Sequence[Sequence[str | Action]], op_overhead: float = 0.0,
                     message_cpu: tuple[float, float] = (0.0, 0.0), *,
                     grouped: dict[tuple[int, ...], Problem] | None = None,
-                    check: bool = True) -> DeviceTimeline:
+                    check: bool = True,
+                    send_after: Sequence[Sequence[int]] | None = None) -> DeviceTimeline:
     """Simulate per-device ``lists`` on the chunk problem of a partition and layout;
-    ``grouped``: a cache of chunk problems by partition; ``check``: as in
+    ``grouped``: a cache of chunk problems by partition; ``check`` and ``send_after``: as in
     :func:`umpipe_bench.devsim.simulate_devices`."""
     key = tuple(int(n) for n in counts)
     cp = None if grouped is None else grouped.get(key)
@@ -233,7 +244,8 @@ def simulate_chunks(problem: Problem, counts: Sequence[int], kind: str, D: int, 
         if grouped is not None:
             grouped[key] = cp
     return simulate_devices(cp, chunk_devices(kind, D, v), lists, edp_sizes(problem.B, M), mode,
-                            op_overhead, message_cpu=message_cpu, check=check)
+                            op_overhead, message_cpu=message_cpu, check=check,
+                            send_after=send_after)
 
 
 @dataclass(frozen=True)
@@ -268,7 +280,14 @@ def schedule_table(
     its chunks, no split-backward costs, nothing fits the cap) gets a reason instead.
     ``on_schedule(i, n, name)`` is called before the ``i``-th of the ``n`` schedules (a
     progress display)."""
-    from .orders import TORCH_SCHEDULES, ScheduleShapeError, check, schedule_info, torch_orders
+    from .orders import (
+        TORCH_SCHEDULES,
+        ScheduleShapeError,
+        check,
+        schedule_info,
+        torch_orders,
+        torch_send_after,
+    )
 
     infos = [schedule_info(n) for n in (names or list(TORCH_SCHEDULES))]
     rows = []
@@ -301,6 +320,7 @@ def schedule_table(
             continue
         choice = best_choice(problem, info.name, D, kind=info.layout, split=info.split_backward,
                              mode=mode, memory_cap=memory_cap, vs=v_opts, orders=torch_orders,
+                             send_after=torch_send_after,
                              valid=valid, op_overhead=op_overhead, message_cpu=message_cpu,
                              grouped=grouped)
         rows.append(TableRow(info.name, info.torch_class, choice,

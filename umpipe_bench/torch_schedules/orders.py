@@ -35,6 +35,7 @@ __all__ = [
     "check",
     "schedule_info",
     "torch_orders",
+    "torch_send_after",
 ]
 
 
@@ -186,34 +187,83 @@ def _single_orders(cls: type, D: int, M: int) -> list[list[str]]:
     return out
 
 
-def _runtime_orders(cls: type, layout: str, D: int, M: int, v: int) -> list[list[str]]:
-    """Build the schedule once (rank 0's stages) and read every rank's lowered program."""
-    from torch.distributed.pipelining.schedules import OVERLAP_F_B
+def _runtime_orders(cls: type, layout: str, D: int, M: int,
+                    v: int) -> tuple[list[list[str]], list[list[int]]]:
+    """Build the schedule once (rank 0's stages) and read every rank's lowered program: its
+    compute actions, and for each the position of the last compute action the runtime has run
+    when it reaches that action's ``SEND_F`` / ``SEND_B`` (the action itself when it sends
+    nothing)."""
+    from torch.distributed.pipelining.schedules import (
+        OVERLAP_F_B,
+        SEND_B,
+        SEND_F,
+    )
 
     n = D * v
     stages = [_stub_stage(c, n, D, 0) for c in device_chunks(layout, D, v)[0]]
     sched = cls(stages, M)
-    out = []
+    out, sends = [], []
     for rank in range(D):
         row: list[str] = []
+        at: list[int] = []
+        where: dict[tuple[int, str, int], int] = {}
         for action in sched.pipeline_order_with_comms[rank]:
-            parts = action.sub_actions if action.computation_type == OVERLAP_F_B else (action,)
-            row.extend(str(a) for a in parts if a.is_compute_op)
+            kind = action.computation_type
+            if kind in (SEND_F, SEND_B):
+                letters = "F" if kind == SEND_F else "BI"
+                for x in letters:
+                    i = where.get((action.stage_index, x, action.microbatch_index))
+                    if i is not None:
+                        at[i] = len(row) - 1
+                continue
+            parts = action.sub_actions if kind == OVERLAP_F_B else (action,)
+            for a in parts:
+                if a.is_compute_op:
+                    letter = str(a)[len(str(a.stage_index)):][0]
+                    where[(a.stage_index, letter, a.microbatch_index)] = len(row)
+                    at.append(len(row))
+                    row.append(str(a))
         out.append(row)
-    return out
+        sends.append(at)
+    return out, sends
 
 
 @lru_cache(maxsize=512)
-def _torch_orders(name: str, D: int, M: int, v: int) -> tuple[tuple[str, ...], ...]:
+def _torch_program(name: str, D: int, M: int, v: int) -> tuple[
+        tuple[tuple[str, ...], ...], tuple[tuple[int, ...], ...] | None]:
     import torch.distributed.pipelining.schedules as ts
 
     info = TORCH_SCHEDULES[name]
     cls = getattr(ts, info.torch_class)
     if info.single:
-        rows = _single_orders(cls, D, M)
+        rows, sends = _single_orders(cls, D, M), None
     else:
-        rows = _runtime_orders(cls, info.layout, D, M, v)
-    return tuple(tuple(r) for r in rows)
+        rows, at = _runtime_orders(cls, info.layout, D, M, v)
+        held = any(k != i for r in at for i, k in enumerate(r))
+        sends = tuple(tuple(r) for r in at) if held else None
+    return tuple(tuple(r) for r in rows), sends
+
+
+def _torch_orders(name: str, D: int, M: int, v: int) -> tuple[tuple[str, ...], ...]:
+    return _torch_program(name, D, M, v)[0]
+
+
+def torch_send_after(name: str, D: int, M: int,
+                     v: int | None = None) -> list[list[int]] | None:
+    """Per rank and compute action of :func:`torch_orders`, the position of the compute action
+    at whose end the runtime sends that action's output to another rank; None where every
+    action's output leaves at its own end (every schedule but ``dualpipev`` in torch 2.13).
+
+    Read from ``pipeline_order_with_comms``: an action's ``SEND_F`` / ``SEND_B`` runs after
+    the compute actions before it in the rank's program. ``ScheduleDualPipeV`` runs pairs
+    ``OVERLAP_F_B`` (a forward, then a full backward of another chunk) and places both sends
+    after the pair, so the forward's output waits for the backward to end. The single-stage
+    schedules send at once (None).
+    """
+    info = schedule_info(name)
+    v = check(info.name, D, M, v)
+    sends = _torch_program(info.name, D, M, v)[1]
+    return None if sends is None else [list(r) for r in sends]
 
 
 def torch_orders(name: str, D: int, M: int, v: int | None = None) -> list[list[str]]:
