@@ -21,6 +21,8 @@ Each operation starts at ``max(its device's previous operation end, its dependen
 An output crossing devices is a transfer on the directed link between the two devices: one
 transfer at a time per direction, in production order, ``latency + m * bytes / bandwidth`` with
 the bytes of the chunk boundary it crosses; consecutive chunks on one device exchange nothing.
+An output leaves when its action ends, or, with ``send_after``, when a later action of its
+device ends (torch's DualPipeV sends a paired forward's output after the pair's backward).
 Compute and communication overlap. After its last operation a device runs the optimizer step of
 each of its chunks; ``T`` is the latest device end.
 
