@@ -1,6 +1,7 @@
 """torch 2.13's pipeline schedules: names, layouts, limits, and the orders torch executes.
 
-The package imports no torch; :func:`torch_orders` imports it when called. See
+The package imports no torch; :func:`torch_orders` and :func:`torch_send_after` import it when
+called. See
 :mod:`umpipe_bench.torch_schedules.orders`.
 """
 

@@ -14,8 +14,8 @@ letter is the stage index, i.e. the model chunk, not the rank;
 full backward, ``I`` backward for inputs, ``W`` backward for weights (``I`` + ``W`` of a
 microbatch replace its ``B``).
 
-Everything here except :func:`torch_orders` is pure: the module imports no torch; torch is
-imported inside :func:`torch_orders` only.
+Everything here except :func:`torch_orders` and :func:`torch_send_after` is pure: the module
+imports no torch; torch is imported inside those two only.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import types
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..devsim import parse_action
 from ..errors import InputError, UnknownNameError
 from ..layout import device_chunks
 
@@ -219,8 +220,8 @@ def _runtime_orders(cls: type, layout: str, D: int, M: int,
             parts = action.sub_actions if kind == OVERLAP_F_B else (action,)
             for a in parts:
                 if a.is_compute_op:
-                    letter = str(a)[len(str(a.stage_index)):][0]
-                    where[(a.stage_index, letter, a.microbatch_index)] = len(row)
+                    where[(a.stage_index, parse_action(str(a)).kind,
+                           a.microbatch_index)] = len(row)
                     at.append(len(row))
                     row.append(str(a))
         out.append(row)
