@@ -84,22 +84,25 @@ class _LoggingStage:
         return None
 
 
-def _construct(name: str, D: int, M: int, v: int, rank: int, log: list[str]):
+def _construct(name: str, D: int, M: int, v: int, rank: int, log: list[str],
+               stage: type = _LoggingStage):
     info = TORCH_SCHEDULES[name]
     cls = getattr(ts, info.torch_class)
     mine = [c for c, d in enumerate(chunk_devices(info.layout, D, v)) if d == rank]
-    stages = [_LoggingStage(c, D * v, D, rank, log) for c in mine]
+    stages = [stage(c, D * v, D, rank, log) for c in mine]
     if info.single:
         return cls(stages[0], M, loss_fn=lambda out, target: out)
     return cls(stages, M, loss_fn=lambda out, target: out)
 
 
-def _executed(name: str, D: int, M: int, v: int) -> list[list[str]]:
-    """Per rank, the compute calls torch's ``_step_microbatches`` makes on its stages."""
+def _executed(name: str, D: int, M: int, v: int,
+              stage: type = _LoggingStage) -> list[list[str]]:
+    """Per rank, the calls torch's ``_step_microbatches`` makes on its stages that ``stage``
+    records (compute calls by default)."""
     out = []
     for rank in range(D):
         log: list[str] = []
-        sched = _construct(name, D, M, v, rank, log)
+        sched = _construct(name, D, M, v, rank, log, stage)
         if not TORCH_SCHEDULES[name].single:  # torch's own stage -> rank map is our layout
             assert sched.stage_index_to_group_rank == dict(enumerate(
                 chunk_devices(TORCH_SCHEDULES[name].layout, D, v)))
@@ -231,21 +234,10 @@ class _SendLoggingStage(_LoggingStage):
 def _executed_sends(name: str, D: int, M: int, v: int) -> list[list[int]]:
     """Per rank and compute call, the index of the last compute call made before the runtime
     asked for that call's cross-rank send ops (the call itself when it sends nothing)."""
-    info = TORCH_SCHEDULES[name]
-    where = chunk_devices(info.layout, D, v)
+    where = chunk_devices(TORCH_SCHEDULES[name].layout, D, v)
     n = D * v
     out = []
-    for rank in range(D):
-        log: list[str] = []
-        mine = [c for c, d in enumerate(where) if d == rank]
-        stages = [_SendLoggingStage(c, n, D, rank, log) for c in mine]
-        cls = getattr(ts, info.torch_class)
-        sched = cls(stages, M, loss_fn=lambda out, target: out)
-        for attr in ("_initialize_stages", "_maybe_compute_loss", "_maybe_get_loss",
-                     "_update_losses"):
-            setattr(sched, attr, lambda *a, **k: None)
-        sched._check_inputs = lambda args, kwargs, targets, losses: ([()] * M, [{}] * M)
-        sched._step_microbatches([()] * M, [{}] * M, None, None)
+    for rank, log in enumerate(_executed(name, D, M, v, _SendLoggingStage)):
         at: list[int] = []
         index: dict[tuple[int, str, int], int] = {}
         for entry in log:

@@ -390,6 +390,16 @@ def simulate_devices(
         transfers.append((s, d, label, c0, c1))
         return c1
 
+    def leave(b: Action, mb: int, t: float) -> None:
+        """``b``'s output (size ``mb``) leaves its device at ``t``."""
+        if b.kind == "F":
+            if b.chunk < C - 1:
+                x_arr[(b.chunk, b.mb)] = send(b.chunk, b.chunk + 1, t, tb.act[b.chunk, mb],
+                                              str(b))
+        elif b.kind in "BI" and b.chunk > 0:
+            y_arr[(b.chunk, b.mb)] = send(b.chunk, b.chunk - 1, t, tb.grad[b.chunk - 1, mb],
+                                          str(b))
+
     while remaining:
         progressed = False
         for d in range(D):
@@ -435,19 +445,16 @@ def simulate_devices(
                     f_end[(c, j)] = t1
                 elif a.kind in "BI":
                     g_end[(c, j)] = t1
-                if held is None or held[d][pos[d]] == pos[d]:
-                    outs = [(a, m)]
-                else:  # its outputs leave with a later action's
-                    waiting[(d, held[d][pos[d]])].append((a, m))
-                    outs = []
-                outs = waiting.pop((d, pos[d]), []) + outs
-                for b, mb in outs:
-                    if b.kind == "F" and b.chunk < C - 1:
-                        x_arr[(b.chunk, b.mb)] = send(b.chunk, b.chunk + 1, t1,
-                                                      tb.act[b.chunk, mb], str(b))
-                    elif b.kind in "BI" and b.chunk > 0:
-                        y_arr[(b.chunk, b.mb)] = send(b.chunk, b.chunk - 1, t1,
-                                                      tb.grad[b.chunk - 1, mb], str(b))
+                if held is None:
+                    leave(a, m, t1)
+                else:  # outputs held for this action leave first, then its own unless held
+                    k = held[d][pos[d]]
+                    if k != pos[d]:
+                        waiting[(d, k)].append((a, m))
+                    for b, mb in waiting.pop((d, pos[d]), ()):
+                        leave(b, mb, t1)
+                    if k == pos[d]:
+                        leave(a, m, t1)
                 pos[d] += 1
                 remaining -= 1
                 progressed = True
