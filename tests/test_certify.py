@@ -283,7 +283,7 @@ def test_certify_proves_two_stage_stash_by_the_program_and_falls_back_on_time(mo
     assert c.bound <= c.value * (1 + REL)
     ops = [[_op(p, c.plan, label) for label in row] for row in c.ops]
     assert simulate_order(p, c.plan, ops) == c.value
-    solver = certify(p, "stash", order="any", time_limit=20, two_stage=False)
+    solver = certify(p, "stash", order="any", time_limit=20, programs=False)
     assert "method" not in solver.stats
     assert solver.value == pytest.approx(c.value, rel=OPT_TOL)
     from umpipe_bench.certify import solve
@@ -377,7 +377,7 @@ def test_certify_takes_the_two_stage_recompute_bound():
     from umpipe_bench.certify.two_stage import two_stage_recompute_bound
 
     assert c.bound >= two_stage_recompute_bound(p).T * (1 - 1e-8)
-    solver = certify(p, "recompute", order="any", time_limit=20, two_stage=False)
+    solver = certify(p, "recompute", order="any", time_limit=20, programs=False)
     assert "method" not in solver.stats
 
 
@@ -670,10 +670,10 @@ GAPPED_MODES = [(c, m) for c in GAPPED for m in MODES if (c[0], m) != ("cache", 
 def test_decisions_prove_the_brute_force_optimum(case, mode):
     p = family_problem(*case)
     want = brute_force(p, mode, "any")
-    start = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, two_stage=False)
+    start = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, programs=False)
     assert not start.optimal  # the gap the decisions close
     c = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, decide=20,
-                two_stage=False)
+                programs=False)
     assert c.stats["decisions"]
     assert c.bound <= want * (1 + REL)  # a proven bound is never above the optimum
     assert c.optimal and c.status == "OPTIMAL"
@@ -694,10 +694,10 @@ def test_an_infeasible_decision_proves_the_optimal_hint(mode):
     assert hint is not None
     assert simulate(p, hint).iteration_time == pytest.approx(want, rel=OPT_TOL)
     start = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, hints=[hint],
-                    two_stage=False)
+                    programs=False)
     assert not start.optimal
     c = certify(p, mode, order="any", time_limit=20, params=NO_SEARCH, hints=[hint],
-                decide=20, two_stage=False)
+                decide=20, programs=False)
     assert [d["status"] for d in c.stats["decisions"]] == ["INFEASIBLE"]
     assert c.bound <= want * (1 + REL)
     assert c.optimal and not c.from_solver

@@ -312,14 +312,15 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None,
     if e.optimal != _is_optimal(e.value, e.bound):
         raise BestKnownError(f"optimal is {e.optimal} but value {e.value!r} s and bound "
                              f"{e.bound!r} s say {not e.optimal}")
-    if prove is not None and e.bound_by.startswith(("cpsat", "two-stage dp")):
+    if prove is not None and e.bound_by.startswith(("cpsat", "two-stage dp", "end-stages dp")):
         from ..certify.solve import certify
 
         # the order the bound was proven over (an order-any bound bounds the gpipe family too)
         order = "gpipe" if "order=gpipe" in e.bound_by else "any"
         hints, decide = None, 0.0
-        # the two-stage program prunes at the entry's value; decisions start below it
-        program, decided = e.bound_by.startswith("two-stage dp"), e.bound_by.endswith(" decide")
+        # the programs prune at the entry's value; decisions start below it
+        program = e.bound_by.startswith(("two-stage dp", "end-stages dp"))
+        decided = e.bound_by.endswith(" decide")
         if plan_path is not None and (program or decided):
             from ..plan import Plan
 

@@ -26,6 +26,8 @@ from ..plan import Plan
 from ..problem import Problem
 from ..schedules import Op, build_schedule, capped_order
 from ..simulator import simulate
+from .ends import MAX_B as ENDS_MAX_B
+from .ends import end_stages_bound
 from .model import ORDERS, build, unit_for
 from .two_stage import (
     MAX_B,
@@ -160,20 +162,22 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
             workers: int = 1, hints: list[Plan] | None = None, clock: Any = None,
             seed: int = 0, params: dict[str, Any] | None = None,
             decide: float = 0.0, max_decisions: int = DECISIONS,
-            two_stage: bool = True) -> Certificate:
+            programs: bool = True) -> Certificate:
     """Solve ``problem`` in ``mode`` over ``order`` (:data:`.model.ORDERS`) for at most
     ``time_limit`` seconds (less if ``clock`` ends sooner); ``hints``: plans whose values
     bound the horizon and whose best one starts the search (default: the best GPipe EDP);
     ``params``: further CP-SAT parameters of the search (``linearization_level``, ...);
     ``decide`` > 0:
     then up to ``max_decisions`` decision solves of at most ``decide`` seconds each
-    (:func:`_decide`) when the search ends short of optimal. ``two_stage``: a two-stage
+    (:func:`_decide`) when the search ends short of optimal. ``programs``: a two-stage
     stash problem (``B <= MAX_B``, order ``any``) is solved by the exact program of
     :mod:`.two_stage` instead of the solver (the solver when the program does not finish
     within ``time_limit``), and so is a recompute one whose transfers are never longer than a
     stage-0 forward; otherwise, or when that program does not finish, a recompute one first
     gets the bound program's bound, which ends the solve when it proves the best hint optimal
-    and otherwise joins the solver's (False: the solver alone). The programs and the search
+    and otherwise joins the solver's; a problem of three or more stages (``B <=``
+    :data:`.ends.MAX_B`) gets the end-stages program's bound (:mod:`.ends`) the same way
+    (False: the solver alone). The programs and the search
     share ``time_limit``: each gets what the ones before it left (the search at least
     0.01 s)."""
     from ..bound import lower_bound
@@ -204,7 +208,7 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
             best_plan, best_ops, best_T, hint_ops = p, orders[k], Ts[k], orders[-1]
     assert best_plan is not None and best_ops is not None
     dp_bound, dp_stats = -math.inf, {}
-    if two_stage and order == "any" and S == 2 and B <= MAX_B:
+    if programs and order == "any" and S == 2 and B <= MAX_B:
         if mode == "stash":
             c = _two_stage(problem, best_plan, best_ops, best_T, t_start, time_limit, clock)
             if c is not None:
@@ -223,6 +227,15 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
                 if best_T - dp_bound <= OPT_TOL * best_T:
                     return _program_certificate(problem, mode, best_plan, best_ops, best_T,
                                                 dp_bound, False, t_start, dp_stats)
+    if programs and order == "any" and S >= 3 and B <= ENDS_MAX_B:
+        upper = best_T * (1.0 + DP_SLACK)
+        r = end_stages_bound(problem, mode, upper, _deadline(t_start, time_limit, clock))
+        if r.finished:
+            dp_bound = min(r.T, upper) * (1.0 - DP_SLACK)
+            dp_stats = {"method": "end-stages dp", **r.stats}
+            if best_T - dp_bound <= OPT_TOL * best_T:
+                return _program_certificate(problem, mode, best_plan, best_ops, best_T,
+                                            dp_bound, False, t_start, dp_stats)
     unit = unit_for(best_T, RESOLUTION)
     horizon = math.ceil(best_T / unit) + 1
     m = build(problem, mode, unit, horizon, order)
@@ -268,7 +281,7 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
                            "below its hint's time (a bug)")
     stats = {"conflicts": solver.num_conflicts, "branches": solver.num_branches,
              "solver_bound": solver_bound, "decisions": []}
-    if dp_bound > bound:  # the two-stage program proved more than the search
+    if dp_bound > bound:  # a program proved more than the search
         bound = dp_bound
         stats.update(dp_stats, solver_bound=dp_bound)
     if decide > 0 and best_T - bound > OPT_TOL * best_T:

@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "below the best value down by bisection (docs/CERTIFY.md \"Decisions\"); "
                    "0: none")
     p.add_argument("--solver-only", action="store_true",
-                   help="no two-stage program: the solver alone on every problem")
+                   help="no program (two-stage, end-stages): the solver alone on every "
+                   "problem")
     p.add_argument("--record", action="store_true",
                    help="store bounds (and better capped plans) in the best-known file")
     p.add_argument("--file", default=None, metavar="JSON",
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                 hints = _hints(problem.name, mode, args.file)
                 c = certify(problem, mode, order=order, time_limit=args.time_limit,
                             workers=args.workers, hints=hints, decide=args.decide,
-                            two_stage=not args.solver_only)
+                            programs=not args.solver_only)
                 row = {"problem": c.problem, "mode": mode, "order": order,
                        "status": c.status, "by": c.stats.get("method", "cpsat"),
                        "value": c.value, "bound": c.bound,
