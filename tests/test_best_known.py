@@ -208,22 +208,28 @@ def test_prove_reproves_a_bound_over_the_orders_it_was_proven_for(tmp_path, monk
     c, _ = _candidate(tmp_path, 3, name="m3")
     bk.update([c], f)
     lb = lower_bound(get_problem(PROBLEM), "stash")
-    seen = []
+    seen, hinted = [], []
 
     class Done:
         bound = float("inf")
 
-    def fake_certify(problem, mode, *, order, **kwargs):
+    def fake_certify(problem, mode, *, order, hints=None, **kwargs):
         seen.append(order)
+        hinted.append(hints is not None)
         return Done()
 
     monkeypatch.setattr(solve, "certify", fake_certify)
     for i, (family, by, want) in enumerate((("gpipe", "cpsat order=any optimal", "any"),
                                             ("gpipe", "two-stage dp order=any optimal", "any"),
                                             ("gpipe", "cpsat order=gpipe feasible", "gpipe"),
-                                            ("capped", "cpsat order=any feasible", "any"))):
+                                            ("capped", "cpsat order=any feasible", "any"),
+                                            ("capped", "end-stages dp order=any feasible",
+                                             "any"))):
         e = bk.record_bound((PROBLEM, "stash", family), lb * (1 + 1e-4 * (i + 1)), by, f)
         assert e.bound_by == by
         seen.clear()
+        hinted.clear()
         assert bk.check(f, prove=1.0) == []
         assert want in seen, (family, by, seen)
+        # a program prunes at the entry's own plan: it gets it as the hint
+        assert any(hinted) == by.startswith(("two-stage", "end-stages")), (by, hinted)
