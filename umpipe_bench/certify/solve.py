@@ -208,6 +208,7 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
             best_plan, best_ops, best_T, hint_ops = p, orders[k], Ts[k], orders[-1]
     assert best_plan is not None and best_ops is not None
     dp_bound, dp_stats = -math.inf, {}
+    bound_program: tuple[str, Any] | None = None  # a program's proven bound, then the solver
     if programs and order == "any" and S == 2 and B <= MAX_B:
         if mode == "stash":
             c = _two_stage(problem, best_plan, best_ops, best_T, t_start, time_limit, clock)
@@ -219,20 +220,16 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
                                clock, "recompute")
                 if c is not None:
                     return c
-            upper = best_T * (1.0 + DP_SLACK)
-            r = two_stage_recompute_bound(problem, upper, _deadline(t_start, time_limit, clock))
-            if r.finished:
-                dp_bound = min(r.T, upper) * (1.0 - DP_SLACK)
-                dp_stats = {"method": "two-stage bound", **r.stats}
-                if best_T - dp_bound <= OPT_TOL * best_T:
-                    return _program_certificate(problem, mode, best_plan, best_ops, best_T,
-                                                dp_bound, False, t_start, dp_stats)
-    if programs and order == "any" and S >= 3 and B <= ENDS_MAX_B:
+            bound_program = ("two-stage bound", two_stage_recompute_bound)
+    elif programs and order == "any" and S >= 3 and B <= ENDS_MAX_B:
+        bound_program = ("end-stages dp", lambda p, *rest: end_stages_bound(p, mode, *rest))
+    if bound_program is not None:
+        method, program = bound_program
         upper = best_T * (1.0 + DP_SLACK)
-        r = end_stages_bound(problem, mode, upper, _deadline(t_start, time_limit, clock))
+        r = program(problem, upper, _deadline(t_start, time_limit, clock))
         if r.finished:
             dp_bound = min(r.T, upper) * (1.0 - DP_SLACK)
-            dp_stats = {"method": "end-stages dp", **r.stats}
+            dp_stats = {"method": method, **r.stats}
             if best_T - dp_bound <= OPT_TOL * best_T:
                 return _program_certificate(problem, mode, best_plan, best_ops, best_T,
                                             dp_bound, False, t_start, dp_stats)
