@@ -38,8 +38,8 @@ at its cheapest; the last sample's way to stage 0) reaches ``upper`` too.
 
 The least ``T`` found (``upper`` when none is below it) is a lower bound on every plan and
 order of the memory mode (stash: a backward the cheaper of its near and far cost, the backward
-sizes free of the forward ones). Pure Python: about 100 s on gpt1-s4 (``S = 4``, ``B = 16``,
-2 million states); the work grows about as ``B^6``.
+sizes free of the forward ones). Pure Python: about 55 s on gpt1-s4 (``S = 4``, ``B = 16``,
+3 million states), 240 s on vgg16-s4 (``B = 32``, 10 million, pruned at its best known value).
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ from .two_stage import TwoStage
 __all__ = ["CAPACITY", "MAX_B", "end_stages_bound"]
 
 INF = math.inf
-#: The largest batch the program is run for.
-MAX_B = 24
+#: The largest batch :func:`umpipe_bench.certify.solve.certify` runs the program for.
+MAX_B = 32
 #: Most states the program adds; beyond it it stops unfinished (gpt1-s4 adds 2 million).
 CAPACITY = 20_000_000
 

@@ -46,6 +46,8 @@ __all__ = ["OPT_TOL", "Certificate", "SolverMissing", "certify", "dominant_order
 OPT_TOL = 1e-5
 #: Integer units per reference time (:func:`.model.unit_for`).
 RESOLUTION = 1e8
+#: The share of the time limit the end-stages program may take before the solver starts.
+ENDS_SHARE = 0.5
 #: Most decision solves after the search (:func:`_decide`).
 DECISIONS = 12
 #: Relative allowance for float rounding between the two-stage program and the simulator
@@ -176,10 +178,10 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     stage-0 forward; otherwise, or when that program does not finish, a recompute one first
     gets the bound program's bound, which ends the solve when it proves the best hint optimal
     and otherwise joins the solver's; a problem of three or more stages (``B <=``
-    :data:`.ends.MAX_B`) gets the end-stages program's bound (:mod:`.ends`) the same way
-    (False: the solver alone). The programs and the search
-    share ``time_limit``: each gets what the ones before it left (the search at least
-    0.01 s)."""
+    :data:`.ends.MAX_B`) gets the end-stages program's bound (:mod:`.ends`) the same way,
+    within :data:`ENDS_SHARE` of ``time_limit`` (False: the solver alone). The programs and
+    the search share ``time_limit``: each gets what the ones before it left (the search at
+    least 0.01 s)."""
     from ..bound import lower_bound
 
     require_solver()
@@ -208,7 +210,8 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
             best_plan, best_ops, best_T, hint_ops = p, orders[k], Ts[k], orders[-1]
     assert best_plan is not None and best_ops is not None
     dp_bound, dp_stats = -math.inf, {}
-    bound_program: tuple[str, Any] | None = None  # a program's proven bound, then the solver
+    # a program's proven bound, then the solver: (method, program, share of the time limit)
+    bound_program: tuple[str, Any, float] | None = None
     if programs and order == "any" and S == 2 and B <= MAX_B:
         if mode == "stash":
             c = _two_stage(problem, best_plan, best_ops, best_T, t_start, time_limit, clock)
@@ -220,13 +223,14 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
                                clock, "recompute")
                 if c is not None:
                     return c
-            bound_program = ("two-stage bound", two_stage_recompute_bound)
+            bound_program = ("two-stage bound", two_stage_recompute_bound, 1.0)
     elif programs and order == "any" and S >= 3 and B <= ENDS_MAX_B:
-        bound_program = ("end-stages dp", lambda p, *rest: end_stages_bound(p, mode, *rest))
+        bound_program = ("end-stages dp", lambda p, *rest: end_stages_bound(p, mode, *rest),
+                         ENDS_SHARE)
     if bound_program is not None:
-        method, program = bound_program
+        method, program, share = bound_program
         upper = best_T * (1.0 + DP_SLACK)
-        r = program(problem, upper, _deadline(t_start, time_limit, clock))
+        r = program(problem, upper, _deadline(t_start, share * time_limit, clock))
         if r.finished:
             dp_bound = min(r.T, upper) * (1.0 - DP_SLACK)
             dp_stats = {"method": method, **r.stats}
