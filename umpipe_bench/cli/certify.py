@@ -32,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--order", choices=("any", "gpipe", "both"), default="both",
                    help="orders of the operations the model allows (docs/CERTIFY.md)")
     p.add_argument("--time-limit", type=seconds(0.0, open_low=True), default=60.0,
-                   metavar="SECS", help="time per (problem, mode, order): a two-stage "
-                   "program's and the solver's search together")
+                   metavar="SECS", help="time per (problem, mode, order): a program's "
+                   "(two-stage, end-stages) and the solver's search together")
     p.add_argument("--workers", type=whole(1, 64), default=1, help="solver threads")
     p.add_argument("--decide", type=seconds(0.0), default=0.0, metavar="SECS",
                    help="after the search, when it ends short of optimal: decision solves "
