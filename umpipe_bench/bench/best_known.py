@@ -292,12 +292,13 @@ def _is_optimal(value: float, bound: float | None) -> bool:
 
 
 def _check_bound(e: Entry, problem: Problem, prove: float | None,
-                 plan_path: Path | None = None) -> None:
+                 plan_path: Path | None = None, siblings: tuple[Path, ...] = ()) -> None:
     """The entry's bound and optimal flag (docs/CERTIFY.md "Certified values"): at most the
     value, at least the closed-form bound, ``optimal`` exactly when they agree; with
     ``prove`` (seconds) a solver-proven bound is proven again within that time limit (a
     bound by decision solves: by decision solves of that limit each, from the entry's plan at
-    ``plan_path``)."""
+    ``plan_path``; a program's bound over every order: from the best of that plan and the
+    ``siblings``, the plans of the problem and mode's other entries, which it bounds too)."""
     from ..bound import stage_bound
 
     if e.bound is None:
@@ -324,7 +325,9 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None,
         if plan_path is not None and (program or decided):
             from ..plan import Plan
 
-            hints, decide = [Plan.load(plan_path)], prove if decided else 0.0
+            more = siblings if program and order == "any" else ()
+            hints = [Plan.load(f) for f in (plan_path, *more)]
+            decide = prove if decided else 0.0
         c = certify(problem, e.mode, order=order, time_limit=prove, hints=hints,
                     decide=decide)
         if c.bound < e.bound * (1 - REL_TOL):
@@ -349,7 +352,9 @@ def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None,
             T, _ = _simulate(problem, book.path.parent / e.plan_file)
             if not math.isclose(T, e.value, rel_tol=REL_TOL):
                 raise BestKnownError(f"re-simulates to {T!r} s, not {e.value!r} s")
-            _check_bound(e, problem, prove, book.path.parent / e.plan_file)
+            siblings = tuple(book.path.parent / o.plan_file for o in book.entries.values()
+                             if (o.problem, o.mode) == (e.problem, e.mode) and o is not e)
+            _check_bound(e, problem, prove, book.path.parent / e.plan_file, siblings)
         except Exception as exc:
             bad.append(f"{e.problem} {e.mode} {e.family}: {exc}")
     return bad
