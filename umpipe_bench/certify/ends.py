@@ -61,12 +61,12 @@ MAX_B = 32
 CAPACITY = 20_000_000
 
 
-def _least(cost: list[float], B: int) -> list[float]:
-    """``out[n]``: the least cost of ``n`` consecutive samples in microbatches of ``cost``."""
-    out = [0.0] + [INF] * B
-    for n in range(1, B + 1):
-        out[n] = min(out[n - m] + cost[m] for m in range(1, n + 1))
-    return out
+def _least(cost: np.ndarray) -> list[float]:
+    """``out[n]``: the least cost of ``n`` consecutive samples in microbatches of ``cost``
+    (one stage's :func:`umpipe_bench.bound.min_composition_costs`)."""
+    from ..bound import min_composition_costs
+
+    return min_composition_costs(np.asarray(cost)[None])[0].tolist()
 
 
 def _delays(problem: Problem, back: np.ndarray, B: int) -> list[float]:
@@ -80,7 +80,7 @@ def _delays(problem: Problem, back: np.ndarray, B: int) -> list[float]:
     single = {s: float(np.min(back[s][1:])) for s in mids}
     cover = {}
     for s in mids:  # the least cost of a composition covering at least n samples
-        least = _least([float(v) for v in back[s]], B)
+        least = _least(back[s])
         cover[s] = [min(least[n:]) for n in range(B + 1)]
     base = gmin[S - 2] + sum(gmin[s] for s in mids)
     D = [0.0]
@@ -121,11 +121,10 @@ def end_stages_bound(problem: Problem, mode: str, upper: float = INF,
     sig0 = [float(v) for v in rx["sigma"][0]]
     lam = [float(v) for v in rx["lam"][M - 1]]  # from the arrival of a gradient at M-1
     D = _delays(problem, back, B)
-    F0 = _least([float(v) for v in tb.fwd[0]], B)[B]  # stage 0's forwards, all first
-    restLf = _least(fL, B)[::-1]
-    restLb = _least(bL, B)[::-1]
-    restM = _least(bM, B)[::-1]
-    rest0 = _least(b0, B)[::-1]
+    F0 = _least(tb.fwd[0])[B]  # stage 0's forwards, all first
+    # the least cost of the samples [n, B) on a stage
+    restLf, restLb, restM, rest0 = (_least(c)[::-1] for c in (tb.fwd[L], back[L], back[M],
+                                                               back[0]))
     minM, min0 = min(bM[1:]), min(b0[1:])
     # the largest tail of the samples [x, y): every one must be met
     lamax = [[max(lam[x:y]) if y > x else -INF for y in range(B + 1)] for x in range(B + 1)]
@@ -166,10 +165,8 @@ def end_stages_bound(problem: Problem, mode: str, upper: float = INF,
                 # stage 0 backward [x0, y), y - 1 in stage M's last microbatch [j0, x2)
                 for y in range(max(x0, j0) + 1, x2 + 1):
                     e = max(e0, eM + D[y - j0], sig0[y - 1]) + b0[y - x0]
-                    if y == B:
-                        T = max(e + opt0, tail, eM + optM)
-                        if c == B and k == B and x2 == B and T < min(best, upper):
-                            best = T
+                    if y == B:  # then x2 = k = c = B: every chain is done
+                        best = min(best, max(e + opt0, tail, eM + optM))
                         continue
                     add((c, k, k0, x2, j0, y), (eL, G, eM, e, tail))
                 # stage M backward [x2, y), y - 1 in the last stage's last backward [k0, k)
@@ -185,4 +182,5 @@ def end_stages_bound(problem: Problem, mode: str, upper: float = INF,
                     e = eL + bL[d - k]
                     add((c, d, k, x2, j0, x0),
                         (e, e + gL[d - k], eM, e0, tail if d < B else max(tail, e + optL)))
-    return TwoStage(best, None, True, {"states": kept[0], "layer": kept[1]})
+    return TwoStage(best if best < upper else INF, None, True,
+                    {"states": kept[0], "layer": kept[1]})
