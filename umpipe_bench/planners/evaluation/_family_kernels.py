@@ -124,53 +124,70 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per
                 inq[forced] = 1
                 qlen = 1
             s = queue[head]
-            head = (head + 1) % S
+            head += 1
+            if head == S:
+                head = 0
             qlen -= 1
             inq[s] = 0
-            moved = False
-            while nf[s] + nb[s] < nK[s] + nL[s]:
-                j = nf[s]
+            # the stage's state in locals for the visit: only this stage moves during it, so
+            # its neighbours' counts are constant here
+            nfs = nf[s]
+            nbs = nb[s]
+            nks = nK[s]
+            nls = nL[s]
+            dfs = donef[s]
+            dbs = doneb[s]
+            sf = sfree[s]
+            lfe = lf_end[s]
+            la = lafree[s]
+            lg = lgfree[s]
+            capv = caps[n, s]
+            up = donef[s - 1] if s > 0 else B
+            down = doneb[s + 1] if s < S - 1 else B
+            start_ops = nfs + nbs
+            while nfs + nbs < nks + nls:
+                j = nfs
                 go_fwd = False
-                if j < nK[s]:
+                if j < nks:
                     if s == forced:
                         go_fwd = not force_bwd
-                    elif donef[s] < bend[s, nb[s]]:
+                    elif dfs < bend[s, nbs]:
                         go_fwd = True  # its next backward needs this forward anyway
                     else:
                         a = fend[s, j]
                         p = a - (fend[s, j - 1] if j > 0 else 0)
                         if unit_mb:
-                            go_fwd = nf[s] - nb[s] + 1 <= caps[n, s]
+                            go_fwd = nfs - nbs + 1 <= capv
                         else:
-                            go_fwd = donef[s] - doneb[s] + p <= caps[n, s]
+                            go_fwd = dfs - dbs + p <= capv
                 if go_fwd:
                     a = fend[s, j]
-                    if s > 0 and donef[s - 1] < a:
+                    if up < a:
                         break
                     forced = -1
                     p = a - (fend[s, j - 1] if j > 0 else 0)
                     r = 0.0
                     if s > 0:
                         r = x_end[s - 1, fidx[s - 1, a - 1]]
-                    t1 = max(sfree[s], r) + fwd[s, p]
-                    sfree[s] = t1
+                    t1 = max(sf, r) + fwd[s, p]
+                    sf = t1
                     f_end[s, j] = t1
                     if s < S - 1:
-                        c1 = max(lafree[s], t1) + act[s, p]
-                        lafree[s] = c1
+                        c1 = max(la, t1) + act[s, p]
+                        la = c1
                         x_end[s, j] = c1
                     if memory:
                         live[s] += per_in[s] * p
                         pk[s] = max(pk[s], live[s] + per_op[s] * p)
-                    nf[s] = j + 1
-                    donef[s] = a
-                    lf_end[s] = a
+                    nfs = j + 1
+                    dfs = a
+                    lfe = a
                 else:
-                    i = nb[s]
+                    i = nbs
                     d = bend[s, i]
-                    if donef[s] < d:
+                    if dfs < d:
                         break
-                    if s < S - 1 and doneb[s + 1] < d:
+                    if down < d:
                         break
                     forced = -1
                     q = d - (bend[s, i - 1] if i > 0 else 0)
@@ -178,29 +195,46 @@ def family_pass(fb, bb, caps, unit_mb, fwd, cb, cbf, act, grad, opt, static, per
                     r = own
                     if s < S - 1:
                         r = max(own, y_end[s + 1, bidx[s + 1, d - 1]])
-                    if lf_end[s] == d:
-                        t1 = max(sfree[s], r) + cb[s, q]
+                    if lfe == d:
+                        t1 = max(sf, r) + cb[s, q]
                     else:
-                        t1 = max(sfree[s], r) + cbf[s, q]
-                    lf_end[s] = -1
-                    sfree[s] = t1
+                        t1 = max(sf, r) + cbf[s, q]
+                    lfe = -1
+                    sf = t1
                     if s > 0:
-                        c1 = max(lgfree[s], t1) + grad[s - 1, q]
-                        lgfree[s] = c1
+                        c1 = max(lg, t1) + grad[s - 1, q]
+                        lg = c1
                         y_end[s, i] = c1
                     if memory:
                         pk[s] = max(pk[s], live[s] + per_op[s] * q)
                         live[s] -= per_in[s] * q
-                    nb[s] = i + 1
-                    doneb[s] = d
-                remaining -= 1
-                moved = True
-            if moved:
-                for t in (s - 1, s + 1):
-                    if 0 <= t < S and inq[t] == 0:
-                        queue[(head + qlen) % S] = t
-                        inq[t] = 1
-                        qlen += 1
+                    nbs = i + 1
+                    dbs = d
+            moved = nfs + nbs - start_ops
+            if moved > 0:
+                remaining -= moved
+                nf[s] = nfs
+                nb[s] = nbs
+                donef[s] = dfs
+                doneb[s] = dbs
+                sfree[s] = sf
+                lf_end[s] = lfe
+                lafree[s] = la
+                lgfree[s] = lg
+                if s > 0 and inq[s - 1] == 0:
+                    t = head + qlen
+                    if t >= S:
+                        t -= S
+                    queue[t] = s - 1
+                    inq[s - 1] = 1
+                    qlen += 1
+                if s < S - 1 and inq[s + 1] == 0:
+                    t = head + qlen
+                    if t >= S:
+                        t -= S
+                    queue[t] = s + 1
+                    inq[s + 1] = 1
+                    qlen += 1
         Tn = 0.0
         for s in range(S):
             Tn = max(Tn, sfree[s] + opt[s])
