@@ -239,3 +239,33 @@ def test_prove_reproves_a_bound_over_the_orders_it_was_proven_for(tmp_path, monk
         assert any(hinted) == program, (by, hinted)
         if program:
             assert max(hinted) == len(bk.BestKnown(f).entries), (by, hinted)
+
+
+def test_prove_reproves_a_split_bound_by_the_split(tmp_path, monkeypatch):
+    """``check --prove``: a bound the last-stage split proved (``... split``) is proven again
+    by the split, from the entry's own plan, with the seconds given per split solve."""
+    from umpipe_bench.bound import lower_bound
+    from umpipe_bench.certify import solve
+
+    f = tmp_path / "best_known.json"
+    c, _ = _candidate(tmp_path, 3, name="m3")
+    bk.update([c], f)
+    lb = lower_bound(get_problem(PROBLEM), "stash")
+    calls = []
+
+    class Done:
+        bound = float("inf")
+
+    def fake_certify(problem, mode, *, order, hints=None, split=0.0, decide=0.0, **kwargs):
+        calls.append((order, 0 if hints is None else len(hints), split, decide))
+        return Done()
+
+    monkeypatch.setattr(solve, "certify", fake_certify)
+    for i, (by, want) in enumerate((("cpsat order=any optimal split", (1, 2.5, 0.0)),
+                                    ("cpsat order=any optimal decide split", (1, 2.5, 2.5)),
+                                    ("cpsat order=any feasible", (0, 0.0, 0.0)))):
+        e = bk.record_bound((PROBLEM, "stash", "capped"), lb * (1 + 1e-4 * (i + 1)), by, f)
+        assert e.bound_by == by
+        calls.clear()
+        assert bk.check(f, prove=2.5) == []
+        assert calls and calls[0][1:] == want, (by, calls)

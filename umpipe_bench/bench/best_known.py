@@ -296,9 +296,10 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None,
     """The entry's bound and optimal flag (docs/CERTIFY.md "Certified values"): at most the
     value, at least the closed-form bound, ``optimal`` exactly when they agree; with
     ``prove`` (seconds) a solver-proven bound is proven again within that time limit (a
-    bound by decision solves: by decision solves of that limit each, from the entry's plan at
-    ``plan_path``; a program's bound over every order: from the best of that plan and the
-    ``siblings``, the plans of the problem and mode's other entries, which it bounds too)."""
+    bound by decision solves or the last-stage split: by decision solves, or split solves, of
+    that limit each, from the entry's plan at ``plan_path``; a program's bound over every
+    order: from the best of that plan and the ``siblings``, the plans of the problem and
+    mode's other entries, which it bounds too)."""
     from ..bound import stage_bound
 
     if e.bound is None:
@@ -318,18 +319,20 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None,
 
         # the order the bound was proven over (an order-any bound bounds the gpipe family too)
         order = "gpipe" if "order=gpipe" in e.bound_by else "any"
-        hints, decide = None, 0.0
-        # the programs prune at the entry's value; decisions start below it
+        hints, decide, split = None, 0.0, 0.0
+        # the programs prune at the entry's value; decisions and the split start below it
         program = e.bound_by.startswith(("two-stage dp", "end-stages dp"))
-        decided = e.bound_by.endswith(" decide")
-        if plan_path is not None and (program or decided):
+        decided = " decide" in e.bound_by
+        splits = e.bound_by.endswith(" split")
+        if plan_path is not None and (program or decided or splits):
             from ..plan import Plan
 
             more = siblings if program and order == "any" else ()
             hints = [Plan.load(f) for f in (plan_path, *more)]
             decide = prove if decided else 0.0
+            split = prove if splits else 0.0
         c = certify(problem, e.mode, order=order, time_limit=prove, hints=hints,
-                    decide=decide)
+                    decide=decide, split=split)
         if c.bound < e.bound * (1 - REL_TOL):
             raise BestKnownError(f"the solver proves {c.bound!r} s in {prove:g} s, below the "
                                  f"recorded bound {e.bound!r} s")

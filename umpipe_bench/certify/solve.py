@@ -164,7 +164,7 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
             workers: int = 1, hints: list[Plan] | None = None, clock: Any = None,
             seed: int = 0, params: dict[str, Any] | None = None,
             decide: float = 0.0, max_decisions: int = DECISIONS,
-            programs: bool = True) -> Certificate:
+            programs: bool = True, split: float = 0.0) -> Certificate:
     """Solve ``problem`` in ``mode`` over ``order`` (:data:`.model.ORDERS`) for at most
     ``time_limit`` seconds (less if ``clock`` ends sooner); ``hints``: plans whose values
     bound the horizon and whose best one starts the search (default: the best GPipe EDP);
@@ -181,7 +181,9 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     :data:`.ends.MAX_B`) gets the end-stages program's bound (:mod:`.ends`) the same way,
     within :data:`ENDS_SHARE` of ``time_limit`` (False: the solver alone). The programs and
     the search share ``time_limit``: each gets what the ones before it left (the search at
-    least 0.01 s)."""
+    least 0.01 s). ``split`` > 0: then, when still short of optimal, the last-stage split
+    (:func:`_split`, docs/CERTIFY.md "The last-stage split"): one solve of at most ``split``
+    seconds per last-stage partition the stage relaxation leaves below the best value."""
     from ..bound import lower_bound
 
     require_solver()
@@ -195,6 +197,9 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     if not (decide >= 0 and math.isfinite(decide)):
         raise UserInputError(f"decision time must be a non-negative number of seconds, got "
                              f"{decide!r}")
+    if not (split >= 0 and math.isfinite(split)):
+        raise UserInputError(f"split time must be a non-negative number of seconds, got "
+                             f"{split!r}")
     t_start = time.perf_counter()
     S, B = problem.S, problem.B
     cands = list(hints or []) + [Plan.edp(S, B, M, mode) for M in range(1, B + 1)]
@@ -296,6 +301,19 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
         from_solver = best["from_solver"]
         if best_T - bound <= OPT_TOL * best_T:
             name = "OPTIMAL"
+    if split > 0 and best_T - bound > OPT_TOL * best_T:
+        best = {"T": best_T, "plan": best_plan, "ops": best_ops, "from_solver": from_solver}
+        stats["split"] = []
+        proved = _split(problem, mode, m, best, float(split), int(workers), clock, int(seed),
+                        stats["split"])
+        if proved > bound:
+            bound = proved
+            stats["solver_bound"] = max(stats["solver_bound"], proved)
+            stats["split_proved"] = True
+        best_T, best_plan, best_ops = best["T"], best["plan"], best["ops"]
+        from_solver = best["from_solver"]
+        if best_T - bound <= OPT_TOL * best_T:
+            name = "OPTIMAL"
     return Certificate(problem.name, mode, order, best_T, bound, name, best_plan,
                        [[str(o) for o in row] for row in best_ops], from_solver,
                        time.perf_counter() - t_start, unit, stats)
@@ -344,6 +362,66 @@ def _program_certificate(problem: Problem, mode: str, plan: Plan, ops: list[list
                        time.perf_counter() - t_start, unit_for(value, RESOLUTION),
                        {**stats, "conflicts": 0, "branches": 0, "solver_bound": bound,
                         "decisions": []})
+
+
+def _split(problem: Problem, mode: str, m: Any, best: dict[str, Any], limit: float,
+           workers: int, clock: Any, seed: int, log: list[dict[str, Any]]) -> float:
+    """The last-stage split (docs/CERTIFY.md "The last-stage split"): with ``K`` the integer
+    time just below what ``OPT_TOL`` needs for ``best["T"]`` to be optimal, every last-stage
+    partition pair the stage relaxation leaves at or below ``(K + 1) * unit``
+    (:func:`.split.last_stage_candidates`) gets a decision solve on the model ``m`` with the
+    last stage's partitions fixed and integer ``T <= K``, of at most ``limit`` seconds on
+    ``workers`` threads.
+    Returns ``(K + 1) * unit`` when every one is infeasible (no schedule is below it), else
+    ``-inf``; a schedule found better than ``best`` (re-simulated) replaces it and the split
+    starts again below it (at most :data:`DECISIONS` times)."""
+    from ortools.sat.python import cp_model
+
+    from .split import last_stage_candidates
+
+    unit, s = m.unit, problem.S - 1
+    for _ in range(DECISIONS):
+        K = math.ceil(best["T"] * (1.0 - OPT_TOL) / unit) - 1
+        cands = last_stage_candidates(problem, mode, (K + 1) * unit)
+        log.append({"target": (K + 1) * unit,
+                    "candidates": None if cands is None else len(cands)})
+        if cands is None:
+            return -math.inf
+        better = False
+        for P, Q in cands:
+            if clock is not None and clock.expired():
+                return -math.inf
+            cp = m.cp.clone()
+            pairs = [(m.x[s], P)] + ([(m.y[s], Q)] if mode != "stash" else [])
+            for lits, sizes in pairs:
+                chosen, a = set(), 0
+                for q in sizes:
+                    chosen.add((a, a + q))
+                    a += q
+                for r, lit in lits.items():
+                    cp.add(cp.get_bool_var_from_proto_index(lit.index) == (r in chosen))
+            cp.add(cp.get_int_var_from_proto_index(m.T.index) <= K)
+            solver = cp_model.CpSolver()
+            solver.parameters.max_time_in_seconds = limit
+            solver.parameters.num_workers = workers
+            solver.parameters.random_seed = seed
+            t0 = time.perf_counter()
+            status = _run(solver, cp, clock)
+            log.append({"forward": list(P), "backward": list(Q),
+                        "status": solver.status_name(status), "wall": time.perf_counter() - t0})
+            if status == cp_model.INFEASIBLE:
+                continue
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                plan, ops = _extract(problem, mode, solver, m)
+                T = simulate_order(problem, plan, ops)
+                if T < best["T"]:
+                    best.update(T=T, plan=plan, ops=ops, from_solver=True)
+                    better = True
+                    break
+            return -math.inf  # unknown within the limit, or a schedule not below the best
+        if not better:
+            return (K + 1) * unit
+    return -math.inf
 
 
 def _decide(problem: Problem, mode: str, m: Any, best: dict[str, Any], bound: float,

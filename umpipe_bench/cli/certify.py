@@ -40,6 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "'is there a schedule with T <= K?' of at most SECS each, K from just "
                    "below the best value down by bisection (docs/CERTIFY.md \"Decisions\"); "
                    "0: none")
+    p.add_argument("--split", type=seconds(0.0), default=0.0, metavar="SECS",
+                   help="after the search and the decisions, when still short of optimal: "
+                   "the last-stage split, a decision solve of at most SECS per last-stage "
+                   "partition the stage relaxation leaves below the best value (docs/CERTIFY.md "
+                   "\"The last-stage split\"); 0: none")
     p.add_argument("--solver-only", action="store_true",
                    help="no program (two-stage, end-stages): the solver alone on every "
                    "problem")
@@ -65,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                 hints = _hints(problem.name, mode, args.file)
                 c = certify(problem, mode, order=order, time_limit=args.time_limit,
                             workers=args.workers, hints=hints, decide=args.decide,
-                            programs=not args.solver_only)
+                            programs=not args.solver_only, split=args.split)
                 row = {"problem": c.problem, "mode": mode, "order": order,
                        "status": c.status, "by": c.stats.get("method", "cpsat"),
                        "value": c.value, "bound": c.bound,
@@ -113,6 +118,8 @@ def _record(problem, c, path: str | None) -> list[str]:
     by = f"{c.stats.get('method', 'cpsat')} order={c.order} {c.status.lower()}"
     if any(d["status"] == "INFEASIBLE" for d in c.stats.get("decisions", ())):
         by += " decide"
+    if c.stats.get("split_proved"):
+        by += " split"
     if c.stats.get("solver_bound", -1.0) < c.bound:  # the solver proved less than this
         by = "relaxation"
     families = ("capped", "gpipe") if c.order == "any" else ("gpipe",)
