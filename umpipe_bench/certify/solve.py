@@ -246,14 +246,7 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     horizon = math.ceil(best_T / unit) + 1
     m = build(problem, mode, unit, horizon, order)
     for s in range(S):  # the best hint as the solver's first solution
-        pairs = [(m.x[s], best_plan.fwd[s])]
-        if mode != "stash":
-            pairs.append((m.y[s], best_plan.bwd[s]))
-        for lits, sizes in pairs:
-            chosen, a = set(), 0
-            for q in sizes:
-                chosen.add((a, a + q))
-                a += q
+        for lits, chosen in _stage_ranges(m, s, mode, best_plan.fwd[s], best_plan.bwd[s]):
             for r, lit in lits.items():
                 m.cp.add_hint(lit, r in chosen)
     tl = simulate(problem, best_plan, schedule="orders", ops=hint_ops)  # the model's form
@@ -364,6 +357,20 @@ def _program_certificate(problem: Problem, mode: str, plan: Plan, ops: list[list
                         "decisions": []})
 
 
+def _stage_ranges(m: Any, s: int, mode: str, fwd: Any, bwd: Any) -> list[tuple[Any, set]]:
+    """Stage ``s``'s range booleans of the model ``m`` with the ranges ``[a, b)`` that the
+    forward sizes ``fwd`` (and, but in stash mode, where they are the same booleans, the
+    backward sizes ``bwd``) choose."""
+    out = []
+    for lits, sizes in [(m.x[s], fwd)] + ([(m.y[s], bwd)] if mode != "stash" else []):
+        chosen, a = set(), 0
+        for q in sizes:
+            chosen.add((a, a + q))
+            a += q
+        out.append((lits, chosen))
+    return out
+
+
 def _split(problem: Problem, mode: str, m: Any, best: dict[str, Any], limit: float,
            workers: int, clock: Any, seed: int, log: list[dict[str, Any]]) -> float:
     """The last-stage split (docs/CERTIFY.md "The last-stage split"): with ``K`` the integer
@@ -392,12 +399,7 @@ def _split(problem: Problem, mode: str, m: Any, best: dict[str, Any], limit: flo
             if clock is not None and clock.expired():
                 return -math.inf
             cp = m.cp.clone()
-            pairs = [(m.x[s], P)] + ([(m.y[s], Q)] if mode != "stash" else [])
-            for lits, sizes in pairs:
-                chosen, a = set(), 0
-                for q in sizes:
-                    chosen.add((a, a + q))
-                    a += q
+            for lits, chosen in _stage_ranges(m, s, mode, P, Q):
                 for r, lit in lits.items():
                     cp.add(cp.get_bool_var_from_proto_index(lit.index) == (r in chosen))
             cp.add(cp.get_int_var_from_proto_index(m.T.index) <= K)

@@ -98,7 +98,9 @@ def last_stage_candidates(problem: Problem, mode: str, target: float,
         return []
     found: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     nodes = 0
-    # depth first over (n, k, time, forward sizes, backward sizes), an explicit stack
+    # depth first over (n, k, time, forward sizes, backward sizes), an explicit stack; every
+    # transition checks the conditions of the relaxation's own program
+    # (``_relax_kernels._feasible``): the proof needs the walk to keep exactly its paths
     stack: list[tuple[int, int, float, tuple[int, ...], tuple[int, ...]]] = [(0, 0, 0.0, (), ())]
     while stack:
         n, k, t, P, Q = stack.pop()
