@@ -100,15 +100,14 @@ def end_stages_bound(problem: Problem, mode: str, upper: float = INF,
     value after which it stops unfinished (also once it has added more than :data:`CAPACITY`
     states). No plan."""
     from ..bound import stage_bound
-    from .relax import relax_tables
+    from .relax import relax_problem
 
     S, B = problem.S, problem.B
     if S < 3:
         raise ValueError(f"the end-stages program needs S >= 3, got S = {S}")
     tb = problem.tables()
-    back = np.minimum(tb.backward(mode), tb.backward_far(mode))
-    lo = stage_bound(problem, mode).value
-    rx = relax_tables(tb.fwd, back, tb.act, tb.grad, tb.opt, lo, tied=mode == "stash")
+    rx = relax_problem(problem, mode, stage_bound(problem, mode).value)
+    back = rx["back"]
     L, M = S - 1, S - 2
     fL = [float(v) for v in tb.fwd[L]]
     bL, bM, b0 = ([float(v) for v in back[s]] for s in (L, M, 0))

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..problem import Problem
 
-__all__ = ["MAX_WORK", "relax_tables", "relaxed_bound"]
+__all__ = ["MAX_WORK", "relax_problem", "relax_tables", "relaxed_bound"]
 
 #: Largest ``S * B^3`` the relaxation is computed for (B = 64 at S = 64).
 MAX_WORK = 64 * 64**3
@@ -52,16 +52,25 @@ def relaxed_bound(problem: Problem, mode: str, lo: float) -> float | None:
     S, B = problem.S, problem.B
     if S * B**3 > MAX_WORK:
         return None
+    return relax_problem(problem, mode, lo)["bound"]
+
+
+def relax_problem(problem: Problem, mode: str, lo: float) -> dict:
+    """:func:`relax_tables` on ``problem``'s tables in ``mode`` (a stash backward at the
+    cheaper of its near and far cost), whatever its size."""
     tb = problem.tables()
     back = np.minimum(tb.backward(mode), tb.backward_far(mode))
-    return relax_tables(tb.fwd, back, tb.act, tb.grad, tb.opt, lo, tied=mode == "stash")["bound"]
+    return relax_tables(tb.fwd, back, tb.act, tb.grad, tb.opt, lo, tied=mode == "stash")
 
 
 def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.ndarray,
                  opt: np.ndarray, lo: float, tied: bool = False) -> dict:
     """The relaxation on cost tables (``[S, B+1]``; ``act``, ``grad``: ``[S-1, B+1]``):
     ``rho``, ``fend``, ``sigma``, ``lam``, ``kappa`` per stage, ``ftail[s][a, b]`` (the least
-    time from the end of stage ``s``'s forward ``[a, b)`` to the end) and ``bound``.
+    time from the end of stage ``s``'s forward ``[a, b)`` to the end) and ``bound``; and what
+    each stage's program reads: ``fwd`` and ``back`` (float64), per stage the gradient
+    transfer it sends (``grad``, zero on stage 0) and its optimizer step (``opt``), and
+    ``above``, the stacked tables of :func:`._relax_kernels.gradient_deadlines`.
     ``tied``: the backward sizes are the forward ones (stash mode): the last stage's chain, and
     every stage's gradient releases and forward tails over tied sizes (docs/CERTIFY.md)."""
     from . import _relax_kernels as k
@@ -110,4 +119,5 @@ def relax_tables(fwd: np.ndarray, back: np.ndarray, act: np.ndarray, grad: np.nd
                                  ftail[s], float(lo), hi, ITERS, *above, s, chain)
             best = max(best, float(v))
     return {"rho": rho[:S], "fend": fend, "sigma": sigma, "lam": lam[1:], "kappa": kappa[:S],
-            "ftail": ftail, "bound": best}
+            "ftail": ftail, "bound": best, "fwd": fwd, "back": back, "grad": grad, "opt": opt,
+            "above": above}

@@ -283,30 +283,32 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     if dp_bound > bound:  # a program proved more than the search
         bound = dp_bound
         stats.update(dp_stats, solver_bound=dp_bound)
-    if decide > 0 and best_T - bound > OPT_TOL * best_T:
-        best = {"T": best_T, "plan": best_plan, "ops": best_ops, "from_solver": from_solver}
-        proved = _decide(problem, mode, m, best, bound, float(decide), int(max_decisions),
-                         clock, int(seed), stats["decisions"])
-        if proved > bound:
-            bound = proved
-            stats["solver_bound"] = max(solver_bound, proved)
-        best_T, best_plan, best_ops = best["T"], best["plan"], best["ops"]
-        from_solver = best["from_solver"]
-        if best_T - bound <= OPT_TOL * best_T:
-            name = "OPTIMAL"
-    if split > 0 and best_T - bound > OPT_TOL * best_T:
-        best = {"T": best_T, "plan": best_plan, "ops": best_ops, "from_solver": from_solver}
-        stats["split"] = []
-        proved = _split(problem, mode, m, best, float(split), int(workers), clock, int(seed),
-                        stats["split"])
+    # decisions, then the split, each while short of optimal: a faster schedule either one
+    # finds replaces ``best``, a higher bound it proves replaces ``bound``
+    best = {"T": best_T, "plan": best_plan, "ops": best_ops, "from_solver": from_solver}
+
+    def short() -> bool:
+        return best["T"] - bound > OPT_TOL * best["T"]
+
+    def settle(proved: float, flag: str | None = None) -> None:
+        nonlocal bound, name
         if proved > bound:
             bound = proved
             stats["solver_bound"] = max(stats["solver_bound"], proved)
-            stats["split_proved"] = True
-        best_T, best_plan, best_ops = best["T"], best["plan"], best["ops"]
-        from_solver = best["from_solver"]
-        if best_T - bound <= OPT_TOL * best_T:
+            if flag is not None:
+                stats[flag] = True
+        if not short():
             name = "OPTIMAL"
+
+    if decide > 0 and short():
+        settle(_decide(problem, mode, m, best, bound, float(decide), int(max_decisions), clock,
+                     int(seed), stats["decisions"]))
+    if split > 0 and short():
+        stats["split"] = []
+        settle(_split(problem, mode, m, best, float(split), int(workers), clock, int(seed),
+                    stats["split"]), "split_proved")
+    best_T, best_plan, best_ops, from_solver = (best["T"], best["plan"], best["ops"],
+                                                best["from_solver"])
     return Certificate(problem.name, mode, order, best_T, bound, name, best_plan,
                        [[str(o) for o in row] for row in best_ops], from_solver,
                        time.perf_counter() - t_start, unit, stats)
@@ -394,7 +396,6 @@ def _split(problem: Problem, mode: str, m: Any, best: dict[str, Any], limit: flo
                     "candidates": None if cands is None else len(cands)})
         if cands is None:
             return -math.inf
-        better = False
         for P, Q in cands:
             if clock is not None and clock.expired():
                 return -math.inf
@@ -402,28 +403,45 @@ def _split(problem: Problem, mode: str, m: Any, best: dict[str, Any], limit: flo
             for lits, chosen in _stage_ranges(m, s, mode, P, Q):
                 for r, lit in lits.items():
                     cp.add(cp.get_bool_var_from_proto_index(lit.index) == (r in chosen))
-            cp.add(cp.get_int_var_from_proto_index(m.T.index) <= K)
-            solver = cp_model.CpSolver()
-            solver.parameters.max_time_in_seconds = limit
-            solver.parameters.num_workers = workers
-            solver.parameters.random_seed = seed
-            t0 = time.perf_counter()
-            status = _run(solver, cp, clock)
+            solver, status, wall = _decision(cp, m, K, limit, workers, seed, clock)
             log.append({"forward": list(P), "backward": list(Q),
-                        "status": solver.status_name(status), "wall": time.perf_counter() - t0})
+                        "status": solver.status_name(status), "wall": wall})
             if status == cp_model.INFEASIBLE:
                 continue
-            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                plan, ops = _extract(problem, mode, solver, m)
-                T = simulate_order(problem, plan, ops)
-                if T < best["T"]:
-                    best.update(T=T, plan=plan, ops=ops, from_solver=True)
-                    better = True
-                    break
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and \
+                    _take(problem, mode, solver, m, best):
+                break  # a faster schedule: the split again, below it
             return -math.inf  # unknown within the limit, or a schedule not below the best
-        if not better:
+        else:
             return (K + 1) * unit
     return -math.inf
+
+
+def _decision(cp: Any, m: Any, K: int, limit: float, workers: int, seed: int, clock: Any
+              ) -> tuple[Any, int, float]:
+    """Solve ``cp`` (a clone of the model ``m``) with integer ``T <= K`` added, for at most
+    ``limit`` seconds: the solver, its status and the seconds it took."""
+    from ortools.sat.python import cp_model
+
+    cp.add(cp.get_int_var_from_proto_index(m.T.index) <= K)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = limit
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    t0 = time.perf_counter()
+    status = _run(solver, cp, clock)
+    return solver, status, time.perf_counter() - t0
+
+
+def _take(problem: Problem, mode: str, solver: Any, m: Any, best: dict[str, Any]) -> bool:
+    """Re-simulate the solver's schedule; when it is faster than ``best``, it becomes
+    ``best`` (True)."""
+    plan, ops = _extract(problem, mode, solver, m)
+    T = simulate_order(problem, plan, ops)
+    if T < best["T"]:
+        best.update(T=T, plan=plan, ops=ops, from_solver=True)
+        return True
+    return False
 
 
 def _decide(problem: Problem, mode: str, m: Any, best: dict[str, Any], bound: float,
@@ -444,16 +462,9 @@ def _decide(problem: Problem, mode: str, m: Any, best: dict[str, Any], bound: fl
     for _ in range(steps):
         if not lo <= K <= hi or (clock is not None and clock.expired()):
             break
-        cp = m.cp.clone()
-        cp.add(cp.get_int_var_from_proto_index(m.T.index) <= K)
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = limit
-        solver.parameters.num_workers = 1
-        solver.parameters.random_seed = seed
-        t0 = time.perf_counter()
-        status = _run(solver, cp, clock)
+        solver, status, wall = _decision(m.cp.clone(), m, K, limit, 1, seed, clock)
         log.append({"K": K, "target": K * unit, "status": solver.status_name(status),
-                    "wall": time.perf_counter() - t0})
+                    "wall": wall})
         if status == cp_model.INFEASIBLE:  # every schedule has integer T >= K + 1
             proved = max(proved, (K + 1) * unit)
             lo = K + 1
@@ -461,10 +472,7 @@ def _decide(problem: Problem, mode: str, m: Any, best: dict[str, Any], bound: fl
             # a schedule with T <= K: every schedule above K is above the solver's bound too
             proved = max(proved, float(solver.best_objective_bound) * unit)
             lo = max(lo, math.ceil(solver.best_objective_bound))
-            plan, ops = _extract(problem, mode, solver, m)
-            T = simulate_order(problem, plan, ops)
-            if T < best["T"]:
-                best.update(T=T, plan=plan, ops=ops, from_solver=True)
+            _take(problem, mode, solver, m, best)
             hi = min(int(solver.objective_value) - 1,
                      math.ceil(best["T"] * (1.0 - OPT_TOL) / unit) - 1)
             K = hi  # below the new schedule, from the top again

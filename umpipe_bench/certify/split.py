@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from ..problem import Problem
-from .relax import MAX_WORK, relax_tables
+from .relax import MAX_WORK, relax_problem
 
 __all__ = ["MAX_CANDIDATES", "MAX_NODES", "last_stage_candidates"]
 
@@ -29,28 +29,6 @@ __all__ = ["MAX_CANDIDATES", "MAX_NODES", "last_stage_candidates"]
 MAX_CANDIDATES = 256
 #: ... or this many states visited.
 MAX_NODES = 2_000_000
-
-
-def _stage_inputs(problem: Problem, mode: str) -> dict:
-    """The last stage's program as the relaxation states it (:func:`.relax.relax_tables`)."""
-    from . import _relax_kernels as k
-
-    tb = problem.tables()
-    S, B = problem.S, problem.B
-    fwd = np.ascontiguousarray(tb.fwd, dtype=np.float64)
-    back = np.ascontiguousarray(np.minimum(tb.backward(mode), tb.backward_far(mode)),
-                                dtype=np.float64)
-    r = relax_tables(fwd, back, tb.act, tb.grad, tb.opt, 0.0, tied=mode == "stash")
-    s = S - 1
-    zero = np.zeros(B + 1)
-    grads = np.array([zero] + [np.asarray(tb.grad[t - 1], dtype=np.float64)
-                               for t in range(1, S)])
-    opts = np.array([float(o) for o in tb.opt])
-    return {"B": B, "fwd": fwd[s], "back": back[s], "relf": r["rho"][s], "relb": r["sigma"][s],
-            "grad": grads[s], "lam": r["lam"][s - 1] if s > 0 else np.full(B, -np.inf),
-            "opt": float(opts[s]), "ftail": r["ftail"][s],
-            "deadlines": lambda target: k.gradient_deadlines(
-                target, back, grads, np.array(r["sigma"]), opts, s)}
 
 
 def last_stage_candidates(problem: Problem, mode: str, target: float,
@@ -65,10 +43,14 @@ def last_stage_candidates(problem: Problem, mode: str, target: float,
     S, B = problem.S, problem.B
     if S * B**3 > MAX_WORK:
         return None
-    d = _stage_inputs(problem, mode)
-    fwd, back, relf, relb = d["fwd"], d["back"], d["relf"], d["relb"]
-    grad, lam, opt, ftail = d["grad"], d["lam"], d["opt"], d["ftail"]
-    dl = d["deadlines"](float(target))
+    from ._relax_kernels import gradient_deadlines
+
+    # the last stage's program as the relaxation states it
+    r, s = relax_problem(problem, mode, 0.0), S - 1
+    fwd, back, relf, relb = r["fwd"][s], r["back"][s], r["rho"][s], r["sigma"][s]
+    grad, opt, ftail = r["grad"][s], r["opt"][s], r["ftail"][s]
+    lam = r["lam"][s - 1] if s > 0 else np.full(B, -math.inf)
+    dl = gradient_deadlines(float(target), *r["above"], s)
     inf = math.inf
     # late[n][k]: the latest time the stage may have forwarded [0, n) and backwarded [0, k)
     # and still end by the target (the program's transitions run backwards)
