@@ -82,17 +82,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _bounds(path: str | None) -> int:
-    """``best-known bound``: the closed-form and relaxation bound into every entry."""
+    """``best-known bound``: the closed-form and relaxation bound into every entry, named by
+    the one that gives it ("closed form" where the relaxation is lower or not computed)."""
     from ..bench import best_known as bk
-    from ..bound import lower_bound
+    from ..bound import lower_bound, stage_bound
     from ..registry import get_problem
 
     book = bk.BestKnown(path)
     raised = 0
     for key, e in sorted(book.entries.items()):
-        lb = lower_bound(get_problem(e.problem), e.mode)
+        problem = get_problem(e.problem)
+        lb = lower_bound(problem, e.mode)
         if e.bound is None or lb > e.bound:
-            bk.record_bound(key, lb, "relaxation", path)
+            by = "relaxation" if lb > stage_bound(problem, e.mode).value else "closed form"
+            bk.record_bound(key, lb, by, path)
             raised += 1
     print(f"{raised} bounds recorded, {len(book.entries) - raised} entries keep a higher one")
     return 0
