@@ -95,6 +95,30 @@ def test_plan_json_names_the_stop_rule(monkeypatch, capsys):
     assert out["evaluations"] <= 6 * (2000 + int(QUICK.polish_share * 2000))
 
 
+def test_a_run_the_cap_ends_says_so_and_a_run_the_rule_ends_does_not(monkeypatch, capsys):
+    """The default budget's seconds are a cap, not the rule: a run they end before the rule
+    holds says so (stderr, --json's "stopped"); a fixed time budget ends as it says."""
+    from dataclasses import replace
+
+    from umpipe_bench.cli import main
+
+    monkeypatch.setattr(tidgap, "SETTLE", QUICK)
+    ended = tidgap.TiDGAP().plan(SMALL, mode="stash", seed=1)  # also compiles the kernels
+    assert ended.stopped is None
+    slow = replace(QUICK, round_floor=10**9, seconds=2.0)  # a first round far past the cap
+    monkeypatch.setattr(tidgap, "SETTLE", slow)
+    cut = tidgap.TiDGAP().plan(SMALL, mode="stash", seed=1)
+    assert cut.stopped is not None
+    assert cut.stopped.startswith("the default budget's 2 s cap ended the search after ")
+    assert "evaluations and 0 whole rounds, before its stop rule held" in cut.stopped
+    fixed = tidgap.TiDGAP().plan(SMALL, mode="stash", seed=1, budget="secs:2")
+    assert fixed.stopped is None
+    assert main(["plan", "--problem", "sim-s4-b12-s3", "--json", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "cap ended the search" in json.loads(out)["stopped"]
+    assert err.startswith("umpipe-bench plan: the default budget's 2 s cap ended the search")
+
+
 def _all_moves(f: np.ndarray, k: np.ndarray, B: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Every single and within-reach pair flip of each stage, and every cap step (stash)."""
     S, L = f.shape

@@ -427,13 +427,14 @@ class SearchPlanner(Planner):
             evaluations=loop.evaluations,
             start_time=algo.start_time if loop.setup_done else None,
             history=loop.history, settings=self.result_settings(algo, objective, s),
-            stopped=_stop_note(loop, clock), interrupted=loop.interrupted,
+            stopped=_stop_note(loop, clock, algo), interrupted=loop.interrupted,
         )
 
 
-def _stop_note(loop: SearchLoop, clock: RunClock) -> str | None:
-    """One line on a run that a signal stopped, or whose time budget ended before its
-    seeding did (None: the run ended as its budget says)."""
+def _stop_note(loop: SearchLoop, clock: RunClock, algo: Any = None) -> str | None:
+    """One line on a run that a signal stopped, whose time budget ended before its seeding
+    did, or that the default budget's seconds ended before its stop rule held (None: the run
+    ended as its budget says)."""
     phase = loop.stopped_phase or "the run"
     if loop.stopped == "interrupted":
         why = str(loop.interrupted) or "interrupted"
@@ -443,6 +444,14 @@ def _stop_note(loop: SearchLoop, clock: RunClock) -> str | None:
                 else "the best EDP plan scanned")
         return (f"the time budget secs:{clock.seconds:g} ended during seeding ({phase}), "
                 f"before the search began; the plan is {best}")
+    b = loop.termination.budget
+    if b.settle and b.seconds is not None and not getattr(algo, "finished", True) and (
+            loop.stopped == "time" or loop.elapsed() >= b.seconds):
+        rounds = len(getattr(algo, "round_best", ()))
+        return (f"the default budget's {b.seconds:g} s cap ended the search after "
+                f"{loop.evaluations:,} evaluations and {rounds} whole "
+                f"round{'' if rounds == 1 else 's'}, before its stop rule held; the plan is the "
+                "best found so far (--budget evals:N or secs:X searches longer)")
     return None
 
 
