@@ -52,7 +52,7 @@ import numpy as np
 from ..problem import Problem
 from .two_stage import TwoStage
 
-__all__ = ["CAPACITY", "MAX_B", "end_stages_bound"]
+__all__ = ["CAPACITY", "MAX_B", "end_stage_tables", "end_stages_bound"]
 
 INF = math.inf
 #: The largest batch :func:`umpipe_bench.certify.solve.certify` runs the program for.
@@ -92,6 +92,41 @@ def _delays(problem: Problem, back: np.ndarray, B: int) -> list[float]:
     return D
 
 
+def end_stage_tables(problem: Problem, mode: str, rx: dict) -> dict:
+    """What the program reads (module docstring), from ``problem``'s tables in ``mode`` and
+    its stage relaxation ``rx`` (:func:`.relax.relax_problem`): the last stage ``L``'s forward
+    and backward costs ``fL``, ``bL``, its releases ``rho`` and gradient transfers ``gL``;
+    stage ``M``'s backward costs ``bM``, gradient transfers ``gM``, forward ends ``fendM`` and
+    releases ``sigM``; stage 0's backward costs ``b0`` and releases ``sig0``; the optimizer
+    steps ``optL``, ``optM``, ``opt0``; ``lamax[x, y]``, the largest tail below ``M`` of the
+    samples ``[x, y)``; the delays ``D``; ``F0``, stage 0's forwards; ``rest*[n]``, the least
+    cost of the samples ``[n, B)`` (``L``'s forwards and backwards, ``M``'s and 0's
+    backwards); ``minM``, ``min0``, the cheapest backward of ``M`` and of 0."""
+    S, B = problem.S, problem.B
+    tb = problem.tables()
+    back = rx["back"]
+    L, M = S - 1, S - 2
+
+    def arr(v) -> np.ndarray:
+        return np.array([float(x) for x in v])
+
+    lam = [float(v) for v in rx["lam"][M - 1]]  # from the arrival of a gradient at M-1
+    lamax = np.full((B + 1, B + 1), -INF)
+    for x in range(B + 1):
+        for y in range(x + 1, B + 1):
+            lamax[x, y] = max(lam[x:y])
+    restLf, restLb, restM, rest0 = (arr(_least(c)[::-1]) for c in (tb.fwd[L], back[L],
+                                                                   back[M], back[0]))
+    return {"fL": arr(tb.fwd[L]), "bL": arr(back[L]), "bM": arr(back[M]), "b0": arr(back[0]),
+            "gL": arr(tb.grad[L - 1]), "gM": arr(tb.grad[M - 1]), "optL": float(tb.opt[L]),
+            "optM": float(tb.opt[M]), "opt0": float(tb.opt[0]), "rho": arr(rx["rho"][L]),
+            "fendM": arr(rx["fend"][M]), "sigM": arr(rx["sigma"][M]),
+            "sig0": arr(rx["sigma"][0]), "lamax": lamax, "D": arr(_delays(problem, back, B)),
+            "F0": float(_least(tb.fwd[0])[B]), "restLf": restLf, "restLb": restLb,
+            "restM": restM, "rest0": rest0, "minM": float(min(back[M][1:])),
+            "min0": float(min(back[0][1:]))}
+
+
 def end_stages_bound(problem: Problem, mode: str, upper: float = INF,
                      deadline: float | None = None) -> TwoStage:
     """The program's least ``T`` below ``upper`` (module docstring), a lower bound on ``T`` of
@@ -105,28 +140,15 @@ def end_stages_bound(problem: Problem, mode: str, upper: float = INF,
     S, B = problem.S, problem.B
     if S < 3:
         raise ValueError(f"the end-stages program needs S >= 3, got S = {S}")
-    tb = problem.tables()
-    rx = relax_problem(problem, mode, stage_bound(problem, mode).value)
-    back = rx["back"]
-    L, M = S - 1, S - 2
-    fL = [float(v) for v in tb.fwd[L]]
-    bL, bM, b0 = ([float(v) for v in back[s]] for s in (L, M, 0))
-    gL = [float(v) for v in tb.grad[L - 1]]  # L -> M
-    gM = [float(v) for v in tb.grad[M - 1]]  # M -> M-1
-    optL, optM, opt0 = float(tb.opt[L]), float(tb.opt[M]), float(tb.opt[0])
-    rho = [float(v) for v in rx["rho"][L]]
-    fendM = [float(v) for v in rx["fend"][M]]
-    sigM = [float(v) for v in rx["sigma"][M]]
-    sig0 = [float(v) for v in rx["sigma"][0]]
-    lam = [float(v) for v in rx["lam"][M - 1]]  # from the arrival of a gradient at M-1
-    D = _delays(problem, back, B)
-    F0 = _least(tb.fwd[0])[B]  # stage 0's forwards, all first
-    # the least cost of the samples [n, B) on a stage
-    restLf, restLb, restM, rest0 = (_least(c)[::-1] for c in (tb.fwd[L], back[L], back[M],
-                                                               back[0]))
-    minM, min0 = min(bM[1:]), min(b0[1:])
-    # the largest tail of the samples [x, y): every one must be met
-    lamax = [[max(lam[x:y]) if y > x else -INF for y in range(B + 1)] for x in range(B + 1)]
+    t = end_stage_tables(problem, mode,
+                         relax_problem(problem, mode, stage_bound(problem, mode).value))
+    fL, bL, bM, b0, gL, gM = (t[k].tolist() for k in ("fL", "bL", "bM", "b0", "gL", "gM"))
+    optL, optM, opt0, F0, minM, min0 = (t[k] for k in ("optL", "optM", "opt0", "F0", "minM",
+                                                       "min0"))
+    rho, fendM, sigM, sig0, D = (t[k].tolist() for k in ("rho", "fendM", "sigM", "sig0", "D"))
+    restLf, restLb, restM, rest0 = (t[k].tolist() for k in ("restLf", "restLb", "restM",
+                                                            "rest0"))
+    lamax = t["lamax"].tolist()
     layers: list[dict | None] = [{} for _ in range(4 * B + 1)]  # by c + k + x2 + x0
     kept = [0, 0]  # values added, largest layer
 

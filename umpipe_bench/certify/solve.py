@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,7 +165,8 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
             workers: int = 1, hints: list[Plan] | None = None, clock: Any = None,
             seed: int = 0, params: dict[str, Any] | None = None,
             decide: float = 0.0, max_decisions: int = DECISIONS,
-            programs: bool = True, split: float = 0.0) -> Certificate:
+            programs: bool = True, split: float = 0.0,
+            progress: Callable[[str], None] | None = None) -> Certificate:
     """Solve ``problem`` in ``mode`` over ``order`` (:data:`.model.ORDERS`) for at most
     ``time_limit`` seconds (less if ``clock`` ends sooner); ``hints``: plans whose values
     bound the horizon and whose best one starts the search (default: the best GPipe EDP);
@@ -183,7 +185,8 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     the search share ``time_limit``: each gets what the ones before it left (the search at
     least 0.01 s). ``split`` > 0: then, when still short of optimal, the last-stage split
     (:func:`_split`, docs/CERTIFY.md "The last-stage split"): one solve of at most ``split``
-    seconds per last-stage partition the stage relaxation leaves below the best value."""
+    seconds per last-stage partition the stage relaxation leaves below the best value.
+    ``progress``: called with one line per step of the split."""
     from ..bound import lower_bound
 
     require_solver()
@@ -306,7 +309,7 @@ def certify(problem: Problem, mode: str, *, order: str = "any", time_limit: floa
     if split > 0 and short():
         stats["split"] = []
         settle(_split(problem, mode, m, best, float(split), int(workers), clock, int(seed),
-                    stats["split"]), "split_proved")
+                    stats["split"], progress), "split_proved")
     best_T, best_plan, best_ops, from_solver = (best["T"], best["plan"], best["ops"],
                                                 best["from_solver"])
     return Certificate(problem.name, mode, order, best_T, bound, name, best_plan,
@@ -374,38 +377,66 @@ def _stage_ranges(m: Any, s: int, mode: str, fwd: Any, bwd: Any) -> list[tuple[A
 
 
 def _split(problem: Problem, mode: str, m: Any, best: dict[str, Any], limit: float,
-           workers: int, clock: Any, seed: int, log: list[dict[str, Any]]) -> float:
+           workers: int, clock: Any, seed: int, log: list[dict[str, Any]],
+           progress: Callable[[str], None] | None = None) -> float:
     """The last-stage split (docs/CERTIFY.md "The last-stage split"): with ``K`` the integer
     time just below what ``OPT_TOL`` needs for ``best["T"]`` to be optimal, every last-stage
     partition pair the stage relaxation leaves at or below ``(K + 1) * unit``
-    (:func:`.split.last_stage_candidates`) gets a decision solve on the model ``m`` with the
-    last stage's partitions fixed and integer ``T <= K``, of at most ``limit`` seconds on
-    ``workers`` threads.
+    (:func:`.split.last_stage_candidates`; where it leaves too many, the pairs along which the
+    end-stages program ends below it, :func:`.split.end_stage_candidates`) is ruled out by
+    decision solves on the model ``m`` with integer ``T <= K``, one per backward partition of
+    the pairs: that partition fixed and the forward one among the pairs' (a table), of at
+    most ``limit`` seconds on ``workers`` threads.
     Returns ``(K + 1) * unit`` when every one is infeasible (no schedule is below it), else
     ``-inf``; a schedule found better than ``best`` (re-simulated) replaces it and the split
-    starts again below it (at most :data:`DECISIONS` times)."""
+    starts again below it (at most :data:`DECISIONS` times). ``progress``: called with a line
+    for the list and for each solve."""
     from ortools.sat.python import cp_model
 
-    from .split import last_stage_candidates
+    from .split import end_stage_candidates, last_stage_candidates
 
     unit, s = m.unit, problem.S - 1
     for _ in range(DECISIONS):
         K = math.ceil(best["T"] * (1.0 - OPT_TOL) / unit) - 1
-        cands = last_stage_candidates(problem, mode, (K + 1) * unit)
-        log.append({"target": (K + 1) * unit,
+        target = (K + 1) * unit
+        cands, source = last_stage_candidates(problem, mode, target), "relaxation"
+        if cands is None:
+            cands = end_stage_candidates(problem, mode, target,
+                                         expired=lambda: clock is not None and clock.expired())
+            source = "end stages"
+        log.append({"target": target, "from": source,
                     "candidates": None if cands is None else len(cands)})
         if cands is None:
+            if progress is not None:
+                progress(f"split below {target * 1e3:.6f} ms: too many last-stage pairs, "
+                         "nothing proven")
             return -math.inf
-        for P, Q in cands:
+        groups: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for P, Q in cands:  # in stash mode the sizes are one set of booleans: a pair a group
+            groups.setdefault(P if mode == "stash" else Q, []).append(P)
+        if progress is not None:
+            progress(f"split below {target * 1e3:.6f} ms: {len(cands)} last-stage pairs "
+                     f"from the {source}, {len(groups)} solves (one per backward partition)")
+        for g, (Q, Ps) in enumerate(groups.items()):
             if clock is not None and clock.expired():
                 return -math.inf
             cp = m.cp.clone()
-            for lits, chosen in _stage_ranges(m, s, mode, P, Q):
+            ranges = _stage_ranges(m, s, mode, Ps[0], Q)
+            for lits, chosen in ranges[1:]:  # the backward partition
                 for r, lit in lits.items():
                     cp.add(cp.get_bool_var_from_proto_index(lit.index) == (r in chosen))
+            xs = sorted(m.x[s])
+            rows = [[int(r in chosen) for r in xs]
+                    for _, chosen in (_stage_ranges(m, s, mode, P, Q)[0] for P in Ps)]
+            cp.add_allowed_assignments(
+                [cp.get_bool_var_from_proto_index(m.x[s][r].index) for r in xs], rows)
             solver, status, wall = _decision(cp, m, K, limit, workers, seed, clock)
-            log.append({"forward": list(P), "backward": list(Q),
+            log.append({"backward": list(Q), "forwards": [list(P) for P in Ps],
                         "status": solver.status_name(status), "wall": wall})
+            if progress is not None:
+                progress(f"split solve {g + 1} of {len(groups)}: backward {list(Q)}, "
+                         f"{len(Ps)} forward partitions: {solver.status_name(status)} "
+                         f"({wall:.1f} s)")
             if status == cp_model.INFEASIBLE:
                 continue
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and \
@@ -413,7 +444,7 @@ def _split(problem: Problem, mode: str, m: Any, best: dict[str, Any], limit: flo
                 break  # a faster schedule: the split again, below it
             return -math.inf  # unknown within the limit, or a schedule not below the best
         else:
-            return (K + 1) * unit
+            return target
     return -math.inf
 
 

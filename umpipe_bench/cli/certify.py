@@ -42,9 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "0: none")
     p.add_argument("--split", type=seconds(0.0), default=0.0, metavar="SECS",
                    help="after the search and the decisions, when still short of optimal: "
-                   "the last-stage split, a decision solve of at most SECS per last-stage "
-                   "partition the stage relaxation leaves below the best value (docs/CERTIFY.md "
-                   "\"The last-stage split\"); 0: none")
+                   "the last-stage split: the last-stage partitions that the stage relaxation "
+                   "(where it leaves too many: the end-stages program) leaves below the best "
+                   "value, ruled out by decision solves of at most SECS each, one per "
+                   "backward partition; a line per solve on stderr (docs/CERTIFY.md \"The "
+                   "last-stage split\"); 0: none")
     p.add_argument("--solver-only", action="store_true",
                    help="no program (two-stage, end-stages): the solver alone on every "
                    "problem")
@@ -70,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
                 hints = _hints(problem.name, mode, args.file)
                 c = certify(problem, mode, order=order, time_limit=args.time_limit,
                             workers=args.workers, hints=hints, decide=args.decide,
-                            programs=not args.solver_only, split=args.split)
+                            programs=not args.solver_only, split=args.split,
+                            progress=_progress(problem.name, mode))
                 row = {"problem": c.problem, "mode": mode, "order": order,
                        "status": c.status, "by": c.stats.get("method", "cpsat"),
                        "value": c.value, "bound": c.bound,
@@ -87,6 +90,13 @@ def run(args: argparse.Namespace) -> int:
                           f"  ({c.wall:.1f} s)")
                 sys.stdout.flush()
     return 0
+
+
+def _progress(name: str, mode: str):
+    """A line on stderr per step of a long proof."""
+    def say(line: str) -> None:
+        print(f"{name} {mode}: {line}", file=sys.stderr, flush=True)
+    return say
 
 
 def _hints(name: str, mode: str, path: str | None) -> list:
