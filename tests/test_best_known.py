@@ -73,6 +73,15 @@ def test_check_names_an_entry_whose_value_was_edited(tmp_path):
     assert main(["best-known", "check", "--file", str(f)]) == 1
 
 
+def test_check_of_one_problem_counts_its_entries_only(capsys):
+    """``--problem`` checks that problem's entries alone (and names one with none)."""
+    assert main(["best-known", "check", "--problem", "gpt1-s4"]) == 0
+    n = sum(e.problem == "gpt1-s4" for e in bk.BestKnown().entries.values())
+    assert n >= 2 and capsys.readouterr().out.strip() == f"{n} entries reproduce, 0 do not"
+    assert main(["best-known", "check", "--problem", "nope"]) == 2
+    assert "--problem 'nope': no entry of it" in capsys.readouterr().err
+
+
 def test_a_file_that_is_not_a_best_known_file_is_one_line(tmp_path, capsys):
     f = tmp_path / "best_known.json"
     f.write_text('{"schema": "other"}')

@@ -222,5 +222,8 @@ def test_record_names_the_split(tmp_path):
     entries = json.loads(f.read_text(encoding="utf-8"))["entries"]
     capped = next(e for e in entries if e["family"] == "capped")
     assert capped["optimal"] and capped["bound_by"].endswith(" split")
-    assert bk.check(f, prove=30.0) == []
+    lines: list[str] = []
+    assert bk.check(f, prove=30.0, workers=2, progress=lines.append) == []
+    # any step of a long proof is named by its entry
+    assert all(ln.startswith("sim-s3-b6-s0 recompute ") for ln in lines)
     assert np.isfinite(capped["bound"])

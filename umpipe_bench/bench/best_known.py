@@ -292,14 +292,16 @@ def _is_optimal(value: float, bound: float | None) -> bool:
 
 
 def _check_bound(e: Entry, problem: Problem, prove: float | None,
-                 plan_path: Path | None = None, siblings: tuple[Path, ...] = ()) -> None:
+                 plan_path: Path | None = None, siblings: tuple[Path, ...] = (),
+                 workers: int = 1, progress: Any = None) -> None:
     """The entry's bound and optimal flag (docs/CERTIFY.md "Certified values"): at most the
     value, at least the closed-form bound, ``optimal`` exactly when they agree; with
     ``prove`` (seconds) a solver-proven bound is proven again within that time limit (a
     bound by decision solves or the last-stage split: by decision solves, or split solves, of
     that limit each, from the entry's plan at ``plan_path``; a program's bound over every
     order: from the best of that plan and the ``siblings``, the plans of the problem and
-    mode's other entries, which it bounds too)."""
+    mode's other entries, which it bounds too); ``workers``: the solver's threads;
+    ``progress``: :func:`..certify.solve.certify`'s."""
     from ..bound import stage_bound
 
     if e.bound is None:
@@ -332,21 +334,26 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None,
             decide = prove if decided else 0.0
             split = prove if splits else 0.0
         c = certify(problem, e.mode, order=order, time_limit=prove, hints=hints,
-                    decide=decide, split=split)
+                    decide=decide, split=split, workers=workers, progress=progress)
         if c.bound < e.bound * (1 - REL_TOL):
             raise BestKnownError(f"the solver proves {c.bound!r} s in {prove:g} s, below the "
                                  f"recorded bound {e.bound!r} s")
 
 
 def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None,
-          prove: float | None = None) -> list[str]:
-    """Re-simulate every entry and check its bound (:func:`_check_bound`; ``prove``: seconds
-    per solver-proven bound to prove it again); one line per entry that fails (empty: none)."""
+          prove: float | None = None, problems: Any = None, workers: int = 1,
+          progress: Any = None) -> list[str]:
+    """Re-simulate every entry (of ``problems`` only, when given) and check its bound
+    (:func:`_check_bound`; ``prove``: seconds per solver-proven bound to prove it again, on
+    ``workers`` threads; ``progress``: called with a line per step of a long proof); one line
+    per entry that fails (empty: none)."""
     if load_problem is None:
         from ..registry import get_problem as load_problem
     book = BestKnown(path)
     bad = []
     for e in book.entries.values():
+        if problems is not None and e.problem not in problems:
+            continue
         try:
             problem = load_problem(e.problem)
             if _digest(problem) != e.problem_digest:
@@ -357,7 +364,10 @@ def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None,
                 raise BestKnownError(f"re-simulates to {T!r} s, not {e.value!r} s")
             siblings = tuple(book.path.parent / o.plan_file for o in book.entries.values()
                              if (o.problem, o.mode) == (e.problem, e.mode) and o is not e)
-            _check_bound(e, problem, prove, book.path.parent / e.plan_file, siblings)
+            say = None if progress is None else (
+                lambda line, e=e: progress(f"{e.problem} {e.mode} {e.family}: {line}"))
+            _check_bound(e, problem, prove, book.path.parent / e.plan_file, siblings,
+                         workers, say)
         except Exception as exc:
             bad.append(f"{e.problem} {e.mode} {e.family}: {exc}")
     return bad

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._numbers import seconds
+from ._numbers import seconds, whole
 from ._paths import path_arg
 
 
@@ -30,6 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prove", type=seconds(0.0, open_low=True), default=None, metavar="SECS",
                    help="check: also prove every solver-proven bound again with CP-SAT, at most "
                    "SECS each (the extra 'certify'; docs/CERTIFY.md)")
+    p.add_argument("--workers", type=whole(1, 64), default=1,
+                   help="check --prove: the solver's threads")
+    p.add_argument("--problem", action="append", default=None, metavar="NAME",
+                   help="check: only the entries of this problem (may be given again; "
+                   "default: every entry)")
     p.add_argument("--file", type=path_arg, default=None, metavar="JSON",
                    help="the best-known file (default: umpipe_bench/problems/best_known.json)")
     p.set_defaults(func=run)
@@ -55,11 +60,22 @@ def run(args: argparse.Namespace) -> int:
             from ..certify.solve import require_solver
 
             require_solver()
-        bad = bk.check(args.file, prove=args.prove)
+        entries = bk.BestKnown(args.file).entries.values()
+        if args.problem is not None:
+            for name in args.problem:
+                if not any(e.problem == name for e in entries):
+                    raise UserInputError(f"--problem {name!r}: no entry of it in the "
+                                         "best-known file")
+            entries = [e for e in entries if e.problem in args.problem]
+
+        def say(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+
+        bad = bk.check(args.file, prove=args.prove, problems=args.problem,
+                       workers=args.workers, progress=say)
         for line in bad:
             print(f"does not reproduce: {line}", file=sys.stderr)
-        print(f"{len(bk.BestKnown(args.file).entries) - len(bad)} entries reproduce, "
-              f"{len(bad)} do not")
+        print(f"{len(entries) - len(bad)} entries reproduce, {len(bad)} do not")
         return 1 if bad else 0
     if args.action == "bound":
         return _bounds(args.file)
