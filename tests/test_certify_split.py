@@ -222,8 +222,24 @@ def test_record_names_the_split(tmp_path):
     entries = json.loads(f.read_text(encoding="utf-8"))["entries"]
     capped = next(e for e in entries if e["family"] == "capped")
     assert capped["optimal"] and capped["bound_by"].endswith(" split")
+    from umpipe_bench.certify import solve
+
+    calls = []
+
+    def spy(problem, mode, **kw):
+        calls.append(kw)
+        return certify(problem, mode, **kw)
+
+    certify = solve.certify
     lines: list[str] = []
-    assert bk.check(f, prove=30.0, workers=2, progress=lines.append) == []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(solve, "certify", spy)
+        assert bk.check(f, prove=30.0, workers=2, progress=lines.append) == []
     # any step of a long proof is named by its entry
     assert all(ln.startswith("sim-s3-b6-s0 recompute ") for ln in lines)
+    # one order-any proof for both families, from the best plan of either, as recorded
+    gpipe = next(e for e in entries if e["family"] == "gpipe")
+    assert gpipe["bound_by"] == capped["bound_by"]
+    assert len(calls) == 1 and calls[0]["split"] == 30.0 and calls[0]["workers"] == 2
+    assert len(calls[0]["hints"]) == 2
     assert np.isfinite(capped["bound"])

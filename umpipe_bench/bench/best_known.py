@@ -293,15 +293,18 @@ def _is_optimal(value: float, bound: float | None) -> bool:
 
 def _check_bound(e: Entry, problem: Problem, prove: float | None,
                  plan_path: Path | None = None, siblings: tuple[Path, ...] = (),
-                 workers: int = 1, progress: Any = None) -> None:
+                 workers: int = 1, progress: Any = None,
+                 proofs: dict[tuple, Any] | None = None) -> None:
     """The entry's bound and optimal flag (docs/CERTIFY.md "Certified values"): at most the
     value, at least the closed-form bound, ``optimal`` exactly when they agree; with
     ``prove`` (seconds) a solver-proven bound is proven again within that time limit (a
     bound by decision solves or the last-stage split: by decision solves, or split solves, of
-    that limit each, from the entry's plan at ``plan_path``; a program's bound over every
-    order: from the best of that plan and the ``siblings``, the plans of the problem and
-    mode's other entries, which it bounds too); ``workers``: the solver's threads;
-    ``progress``: :func:`..certify.solve.certify`'s."""
+    that limit each, from the entry's plan at ``plan_path``; a bound over every order: from
+    the best of that plan and the ``siblings``, the plans of the problem and mode's other
+    entries, which it bounds too, as the run that recorded it started from the best plan);
+    ``workers``: the solver's threads; ``progress``: :func:`..certify.solve.certify`'s;
+    ``proofs``: solves already run by this check, by what they were asked (an order-any bound
+    of both families is proven once)."""
     from ..bound import stage_bound
 
     if e.bound is None:
@@ -321,7 +324,7 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None,
 
         # the order the bound was proven over (an order-any bound bounds the gpipe family too)
         order = "gpipe" if "order=gpipe" in e.bound_by else "any"
-        hints, decide, split = None, 0.0, 0.0
+        hints, decide, split, more = None, 0.0, 0.0, ()
         # the programs prune at the entry's value; decisions and the split start below it
         program = e.bound_by.startswith(("two-stage dp", "end-stages dp"))
         decided = " decide" in e.bound_by
@@ -329,12 +332,18 @@ def _check_bound(e: Entry, problem: Problem, prove: float | None,
         if plan_path is not None and (program or decided or splits):
             from ..plan import Plan
 
-            more = siblings if program and order == "any" else ()
+            more = siblings if order == "any" else ()
             hints = [Plan.load(f) for f in (plan_path, *more)]
             decide = prove if decided else 0.0
             split = prove if splits else 0.0
-        c = certify(problem, e.mode, order=order, time_limit=prove, hints=hints,
-                    decide=decide, split=split, workers=workers, progress=progress)
+        key = (e.problem, e.mode, order, decide, split,
+               tuple(sorted(map(str, (plan_path, *more)))) if hints is not None else None)
+        c = None if proofs is None else proofs.get(key)
+        if c is None:
+            c = certify(problem, e.mode, order=order, time_limit=prove, hints=hints,
+                        decide=decide, split=split, workers=workers, progress=progress)
+            if proofs is not None:
+                proofs[key] = c
         if c.bound < e.bound * (1 - REL_TOL):
             raise BestKnownError(f"the solver proves {c.bound!r} s in {prove:g} s, below the "
                                  f"recorded bound {e.bound!r} s")
@@ -351,6 +360,7 @@ def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None,
         from ..registry import get_problem as load_problem
     book = BestKnown(path)
     bad = []
+    proofs: dict[tuple, Any] = {}
     for e in book.entries.values():
         if problems is not None and e.problem not in problems:
             continue
@@ -367,7 +377,7 @@ def check(path: str | os.PathLike[str] | None = None, load_problem: Any = None,
             say = None if progress is None else (
                 lambda line, e=e: progress(f"{e.problem} {e.mode} {e.family}: {line}"))
             _check_bound(e, problem, prove, book.path.parent / e.plan_file, siblings,
-                         workers, say)
+                         workers, say, proofs)
         except Exception as exc:
             bad.append(f"{e.problem} {e.mode} {e.family}: {exc}")
     return bad
