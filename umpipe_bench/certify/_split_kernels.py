@@ -29,7 +29,7 @@ __all__ = ["Walk", "walk"]
 
 INF = np.inf
 # st: the walk's counters
-_D, _ID, _NODES, _NOUT, _PEAK, _STATUS = range(6)
+_D, _ID, _NODES, _NOUT, _STATUS = range(5)
 #: ``st[_STATUS]``: running, done, out of state room, more survivors than room
 RUNNING, DONE, FULL, MANY = 0, 1, 2, 3
 
@@ -48,7 +48,7 @@ class Walk:
         self.nv = np.zeros((5, dmax))  # walk time, eL, G, last stage's end + opt, low
         self.out = np.zeros((max_out, dmax), np.int64)
         self.outT = np.zeros(max_out)
-        self.st = np.zeros(6, np.int64)
+        self.st = np.zeros(5, np.int64)
         # the root: nothing run, stage 0's forwards all done
         self.ev[:, 0] = (-INF, F0, -INF)
         self.alive[0] = True
@@ -57,6 +57,16 @@ class Walk:
         self.nv[3, 0] = -INF
         self.ni[5, 0] = 1
         self.st[_ID] = 1
+
+    @property
+    def nodes(self) -> int:
+        """Nodes walked so far."""
+        return int(self.st[_NODES])
+
+    @property
+    def found(self) -> int:
+        """Pairs kept so far (rows of ``out`` and ``outT``)."""
+        return int(self.st[_NOUT])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -240,7 +250,6 @@ def walk(B, target, upper, budget, stash,
                         st[_STATUS] = FULL
                         return FULL
             i += 1
-        st[_PEAK] = max(st[_PEAK], w)
         ni[7, d] = op
         if cn == B and ck == B:  # a leaf: its pair survives when an end is below upper
             if best < upper:

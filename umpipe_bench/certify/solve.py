@@ -417,19 +417,20 @@ def _split(problem: Problem, mode: str, m: Any, best: dict[str, Any], limit: flo
         if progress is not None:
             progress(f"split below {target * 1e3:.6f} ms: {len(cands)} last-stage pairs "
                      f"from the {source}, {len(groups)} solves (one per backward partition)")
+        xs = sorted(m.x[s])  # the forward ranges, the table's columns
+        x_lits = [m.x[s][r] for r in xs]
         for g, (Q, Ps) in enumerate(groups.items()):
             if clock is not None and clock.expired():
                 return -math.inf
             cp = m.cp.clone()
-            ranges = _stage_ranges(m, s, mode, Ps[0], Q)
-            for lits, chosen in ranges[1:]:  # the backward partition
+            _, *backward = _stage_ranges(m, s, mode, Ps[0], Q)
+            for lits, chosen in backward:  # the backward partition (none in stash mode)
                 for r, lit in lits.items():
                     cp.add(cp.get_bool_var_from_proto_index(lit.index) == (r in chosen))
-            xs = sorted(m.x[s])
             rows = [[int(r in chosen) for r in xs]
                     for _, chosen in (_stage_ranges(m, s, mode, P, Q)[0] for P in Ps)]
             cp.add_allowed_assignments(
-                [cp.get_bool_var_from_proto_index(m.x[s][r].index) for r in xs], rows)
+                [cp.get_bool_var_from_proto_index(lit.index) for lit in x_lits], rows)
             solver, status, wall = _decision(cp, m, K, limit, workers, seed, clock)
             log.append({"backward": list(Q), "forwards": [list(P) for P in Ps],
                         "status": solver.status_name(status), "wall": wall})

@@ -44,8 +44,9 @@ END_ROOM_MAX = 1 << 24
 END_STEP = 200_000
 
 
-def _last_stage_program(problem: Problem, mode: str, target: float) -> tuple:
-    """The stage relaxation's program of the last stage at ``target``: its forward and
+def _last_stage_program(problem: Problem, r: dict, target: float) -> tuple:
+    """The stage relaxation's (``r``, :func:`.relax.relax_problem`) program of ``problem``'s
+    last stage at ``target``: its forward and
     backward costs, releases, gradient transfers, the tails ``lam`` of the stage above, the
     gradient deadlines ``dl``, the optimizer step, the forwards' tails ``ftail`` and
     ``late[n][k]``, the latest time it may have forwarded ``[0, n)`` and backwarded ``[0, k)``
@@ -53,7 +54,7 @@ def _last_stage_program(problem: Problem, mode: str, target: float) -> tuple:
     from ._relax_kernels import gradient_deadlines
 
     S, B = problem.S, problem.B
-    r, s = relax_problem(problem, mode, 0.0), S - 1
+    s = S - 1
     fwd, back, relf, relb = r["fwd"][s], r["back"][s], r["rho"][s], r["sigma"][s]
     grad, opt, ftail = r["grad"][s], r["opt"][s], r["ftail"][s]
     lam = r["lam"][s - 1] if s > 0 else np.full(B, -math.inf)
@@ -99,7 +100,7 @@ def last_stage_candidates(problem: Problem, mode: str, target: float,
     if S * B**3 > MAX_WORK:
         return None
     fwd, back, relf, relb, grad, lam, dl, opt, ftail, late = _last_stage_program(
-        problem, mode, target)
+        problem, relax_problem(problem, mode, 0.0), target)
     inf = math.inf
     if late[0][0] < 0.0:
         return []
@@ -156,15 +157,16 @@ def end_stage_candidates(problem: Problem, mode: str, target: float,
     S, B = problem.S, problem.B
     if S < 3 or B > MAX_B or S * B**3 > MAX_WORK:
         return None
+    rx = relax_problem(problem, mode, 0.0)
     fwd, back, relf, relb, grad, lam, dl, opt, ftail, late = _last_stage_program(
-        problem, mode, target)
+        problem, rx, target)
     if late[0][0] < 0.0:
         return []
     f = np.ascontiguousarray
     prog = (f(fwd, dtype=float), f(back, dtype=float), f(relf, dtype=float),
             f(relb, dtype=float), f(grad, dtype=float), f(lam, dtype=float),
             f(dl, dtype=float), float(opt), f(ftail, dtype=float), np.array(late))
-    t = end_stage_tables(problem, mode, relax_problem(problem, mode, 0.0))
+    t = end_stage_tables(problem, mode, rx)
     ends = tuple(t[key] for key in ("fL", "bL", "bM", "b0", "gL", "gM", "optL", "optM", "opt0",
                                     "rho", "fendM", "sigM", "sig0", "lamax", "D", "restLf",
                                     "restLb", "restM", "rest0", "minM", "min0"))
@@ -175,12 +177,12 @@ def end_stage_candidates(problem: Problem, mode: str, target: float,
         w = k.Walk(B, room, max_candidates, t["F0"])
         arrays = (w.ei, w.ev, w.alive, w.head, w.stamp, w.ni, w.nv, w.out, w.outT, w.st)
         while True:
-            step = min(END_STEP, max_nodes + 1 - int(w.st[2]))
+            step = min(END_STEP, max_nodes + 1 - w.nodes)
             status = k.walk(B, float(target), upper, step, mode == "stash", *prog, *ends,
                             *arrays)
             if status != k.RUNNING:
                 break
-            if w.st[2] > max_nodes or (expired is not None and expired()):
+            if w.nodes > max_nodes or (expired is not None and expired()):
                 return None
         if status == k.FULL and room < END_ROOM_MAX:
             room *= 4
@@ -189,7 +191,7 @@ def end_stage_candidates(problem: Problem, mode: str, target: float,
             return None
         break
     found = []
-    for row, T in zip(w.out[:w.st[3]], w.outT[:w.st[3]]):
+    for row, T in zip(w.out[:w.found], w.outT[:w.found]):
         P: list[int] = []
         Q: list[int] = []
         n = c = 0
