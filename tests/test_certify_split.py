@@ -197,8 +197,9 @@ def test_split_time_is_checked():
 
 
 def test_record_names_the_split(tmp_path):
-    """``--record`` stores a bound the split proved as ``... split``, and ``best-known check
-    --prove`` proves it again by the split."""
+    """``--record`` stores a bound the split proved as ``... split`` (the split's steps on
+    stderr), and ``best-known check --prove`` proves it again, asking for the split, once for
+    both families."""
     from umpipe_bench.bench import best_known as bk
 
     f = tmp_path / "best_known.json"
@@ -219,6 +220,9 @@ def test_record_names_the_split(tmp_path):
     out = subprocess.run(run, capture_output=True, text=True, check=True)
     row = json.loads(out.stdout.strip().splitlines()[-1])
     assert row["optimal"], row
+    # the split's steps on stderr, each named by problem and mode
+    steps = [ln for ln in out.stderr.splitlines() if "split" in ln]
+    assert steps and all(ln.startswith("sim-s3-b6-s0 recompute: split ") for ln in steps)
     entries = json.loads(f.read_text(encoding="utf-8"))["entries"]
     capped = next(e for e in entries if e["family"] == "capped")
     assert capped["optimal"] and capped["bound_by"].endswith(" split")
@@ -235,8 +239,11 @@ def test_record_names_the_split(tmp_path):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(solve, "certify", spy)
         assert bk.check(f, prove=30.0, workers=2, progress=lines.append) == []
-    # any step of a long proof is named by its entry
-    assert all(ln.startswith("sim-s3-b6-s0 recompute ") for ln in lines)
+    # here the solver proves the bound within the limit, so no split step runs; a step of a
+    # longer proof is named by its entry
+    assert lines == []
+    calls[0]["progress"]("split below 1 ms")
+    assert lines == ["sim-s3-b6-s0 recompute capped: split below 1 ms"]
     # one order-any proof for both families, from the best plan of either, as recorded
     gpipe = next(e for e in entries if e["family"] == "gpipe")
     assert gpipe["bound_by"] == capped["bound_by"]
