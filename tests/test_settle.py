@@ -352,3 +352,19 @@ def test_the_columns_setting_reaches_the_default_budget(monkeypatch):
     seen.clear()
     tidgap.TiDGAP(columns=False).plan(SMALL, mode="stash", seed=0)
     assert seen and set(seen) == {False}
+
+
+def test_the_hub_setting_reaches_the_default_budget(monkeypatch):
+    """TiDGAP's ``hub`` is the iterated descent's ``hub``: ``auto`` gives 0.25 in stash and 0
+    in recompute (HUB_AUTO), a number is passed as it is, anything outside [0, 1] is refused."""
+    seen = _spy_descent(monkeypatch, 9, "hub")
+    tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
+    assert seen and set(seen) == {0.25}
+    seen.clear()
+    tidgap.TiDGAP().plan(SMALL, mode="recompute", seed=0)
+    assert seen and set(seen) == {0.0}
+    seen.clear()
+    tidgap.TiDGAP(hub=0.5).plan(SMALL, mode="recompute", seed=0)
+    assert seen and set(seen) == {0.5}
+    with pytest.raises(PlannerError, match="hub"):
+        tidgap.TiDGAP(hub=1.5)

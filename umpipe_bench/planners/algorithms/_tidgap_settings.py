@@ -13,7 +13,8 @@ from ...problem import Problem
 from ..search.base import Budget
 from ..search.settings import auto_or
 
-__all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_RESTARTS",
+__all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "HUB_AUTO", "ISLAND_FLOOR",
+           "MAX_RESTARTS",
            "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTLE", "Settle", "auto_restarts",
            "default_evaluations", "parse_restarts", "parse_revive", "settle_budget",
            "settle_round", "settle_text"]
@@ -49,6 +50,14 @@ ISLAND_FLOOR = 128
 #: from 26 to 35 of seeds 40-79, vgg16 stash unchanged; in recompute vgg16 got worse (median
 #: +3.44 % to +5.32 %), so it is off there (`git show ddbefaf:results/perf/quality.md`).
 REVIVE_AUTO = {"stash": 0.15, "recompute": 0.0}
+
+
+#: ``hub=auto``: the share of the iterated descent's kicks that are hub kicks
+#: (:mod:`.iterated`), per memory mode. Against none, in default runs (60 s, one core per
+#: run, the two back to back per seed; results/perf/plan-speed.md, "Hub kicks"): in stash
+#: the final plan was faster in 10 of 15 runs (sim-s8-b64-s0 and sim-s16-b64-s1 seeds
+#: 100-105, vgg16 seeds 100-102), in recompute in 4 of 15, so they are off there.
+HUB_AUTO = {"stash": 0.25, "recompute": 0.0}
 
 
 def parse_revive(planner: str, value: Any) -> float | str:

@@ -18,13 +18,20 @@ each stage of the window has its cap moved by up to :data:`CAP_KICK` samples wit
 is instead a **column kick**: every stage's first (or last) microbatch is given one size, a
 random stage's own first (last) size plus -2..2 samples, at most ``B // 2`` (the pipeline's
 fill and drain are shared by all stages; a window move cannot align them at once); its window
-is every stage. The pair descent then runs on the window and its two neighbours only; a kicked
-plan that beats the current one is polished by a full pair descent. The walk moves to the
-kicked plan when it is faster than the current one, or within :data:`ACCEPT` of the best found
-(so it can cross plateaus and shallow ridges without drifting far); the result is the best plan
-found. The walk ends when its allowance is spent or, sooner, once it has gone :data:`STALL`
-kicks, or as many kicks as it took to its last improvement if that is more, without improving
-the best plan (a small problem's optimum is found in a few kicks; a large one keeps improving).
+is every stage. With probability ``hub`` (the caller's) the kick is instead a **hub kick**:
+the stage with the fewest microbatches is the hub (the pipeline's bottleneck on launch-bound
+costs, whose cuts the other stages' partitions refine in the fastest plans found); one of its
+cuts moves by 1 to :data:`HUB_SHIFT` samples, and every stage's cuts between the hub's two
+neighbouring cuts stretch with it (each of the two intervals mapped linearly onto its new
+length, rounded), so a stage holding that cut moves it too and keeps its refinement of the
+hub. Its window is every stage. The pair descent then runs on the window and its two
+neighbours only; a kicked plan that beats the current one is polished by a full pair descent.
+The walk moves to the kicked plan when it is faster than the current one, or within
+:data:`ACCEPT` of the best found (so it can cross plateaus and shallow ridges without drifting
+far); the result is the best plan found. The walk ends when its allowance is spent or, sooner,
+once it has gone :data:`STALL` kicks, or as many kicks as it took to its last improvement if
+that is more, without improving the best plan (a small problem's optimum is found in a few
+kicks; a large one keeps improving).
 
 The kicks come from the caller's ``numpy.random.Generator``: one generator, one result. The
 default budget's figures with it are in ``results/perf/plan-speed.md``.
@@ -41,8 +48,8 @@ from ..evaluation.encoding import edp_row
 from ..evaluation.objective import Genomes
 from .pair_descent import REACH, PairMoves, walk_from, walk_genome
 
-__all__ = ["ACCEPT", "CAP_KICK", "CAP_KICK_RATE", "STALL", "WINDOW", "IteratedResult",
-           "iterated_descent"]
+__all__ = ["ACCEPT", "CAP_KICK", "CAP_KICK_RATE", "HUB_SHIFT", "STALL", "WINDOW",
+           "IteratedResult", "hub_stretch", "iterated_descent"]
 
 #: A kicked plan within this fraction of the best found may become the current plan.
 ACCEPT = 0.005
@@ -54,6 +61,8 @@ STALL = 64
 CAP_KICK = 8
 #: ... with this probability.
 CAP_KICK_RATE = 0.3
+#: A hub kick moves the hub's cut by at most this many samples.
+HUB_SHIFT = 3
 
 
 @dataclass
@@ -77,13 +86,56 @@ def _parts(rng: np.random.Generator, f: np.ndarray, b: np.ndarray,
     return [f if rng.random() < 0.5 else b]
 
 
+def hub_stretch(X: np.ndarray, lo: int, c: int, new: int, hi: int) -> None:
+    """Move cut ``c`` to ``new`` (``lo < new < hi``) in the cut bits ``X`` ``[S, B-1]`` in
+    place: every stage's cuts in ``(lo, c]`` mapped linearly onto ``(lo, new]`` and those in
+    ``(c, hi)`` onto ``(new, hi)``, rounded (cuts that meet merge); the rest stay."""
+    S, L = X.shape
+    for t in range(S):
+        p = np.flatnonzero(X[t]) + 1
+        inner = p[(p > lo) & (p < hi)]
+        if not len(inner):
+            continue
+        q = inner.astype(np.float64)
+        left = q <= c
+        q[left] = lo + (q[left] - lo) * (new - lo) / (c - lo)
+        q[~left] = new + (q[~left] - c) * (hi - new) / (hi - c)
+        X[t, inner - 1] = 0
+        X[t, np.clip(np.rint(q).astype(np.int64), 1, L) - 1] = 1
+
+
+def _hub_kick(rng: np.random.Generator, parts: list[np.ndarray]) -> bool:
+    """A hub kick (module docstring) on the partitions ``parts`` (``[S, B-1]`` cut bits each,
+    in place), the hub taken from the first; False when it moves nothing."""
+    X0 = parts[0]
+    n = X0.sum(axis=1)
+    h = int(rng.choice(np.flatnonzero(n == n.min())))
+    hub = np.flatnonzero(X0[h]) + 1
+    if len(hub) == 0:
+        return False
+    i = int(rng.integers(len(hub)))
+    c = int(hub[i])
+    lo = int(hub[i - 1]) if i > 0 else 0
+    hi = int(hub[i + 1]) if i + 1 < len(hub) else X0.shape[1] + 1
+    d = int(rng.integers(1, HUB_SHIFT + 1)) * (1 if rng.random() < 0.5 else -1)
+    new = int(np.clip(c + d, lo + 1, hi - 1))
+    if new == c:
+        return False
+    for X in parts:
+        hub_stretch(X, lo, c, new, hi)
+    return True
+
+
 def _kick(rng: np.random.Generator, f: np.ndarray, b: np.ndarray, k: np.ndarray | None,
-          recompute: bool, cap_limits: np.ndarray | None) -> range:
-    """Rewrite a window of stages of ``(f, b, k)`` in place (module docstring); the window."""
+          recompute: bool, cap_limits: np.ndarray | None, hub: float = 0.0) -> range:
+    """Rewrite a window of stages of ``(f, b, k)`` in place (module docstring); the window.
+    ``hub``: the probability of a hub kick (its window: every stage)."""
     S, L = f.shape
     B = L + 1
     s = int(rng.integers(S))
     window = range(s, min(S, s + int(rng.integers(1, WINDOW + 1))))
+    if hub and rng.random() < hub and _hub_kick(rng, [f, b] if recompute else [f]):
+        return range(S)
     if rng.random() < 1.0 / (2 * S):  # every stage's first (or last) microbatch: one size
         first = rng.random() < 0.5
         parts = _parts(rng, f, b, recompute)
@@ -127,13 +179,13 @@ def _kick(rng: np.random.Generator, f: np.ndarray, b: np.ndarray, k: np.ndarray 
 def iterated_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes, time: float,
                      mode: str, max_evaluations: int, rng: np.random.Generator,
                      cap_limits: np.ndarray | None = None, reach: int = REACH,
-                     columns: bool = False) -> IteratedResult:
+                     columns: bool = False, hub: float = 0.0) -> IteratedResult:
     """Iterated descent from ``genome`` (a batch of one, T ``time``; module docstring).
 
     ``evaluate`` is the caller's counted objective; at most ``max_evaluations`` evaluations
     are made (a batch that would pass it is not run: the walk ends there). ``cap_limits``
     ``[S]`` bounds the caps (stash memory); ``reach``: the pair descent's (its
-    :class:`.pair_descent.PairMoves`)."""
+    :class:`.pair_descent.PairMoves`); ``hub``: the share of hub kicks."""
     S, L = genome.fwd.shape[1:]
     if L == 0 or max_evaluations <= 0:
         return IteratedResult(genome, float(time), 0, 0)
@@ -147,7 +199,7 @@ def iterated_descent(evaluate: Callable[[Genomes], np.ndarray], genome: Genomes,
     while ok and used < max_evaluations and kicks - last < max(STALL, last):
         g = current[0].copy()  # stash: the copy's backward is its forward
         window = _kick(rng, g.fwd[0], g.bwd[0], None if g.caps is None else g.caps[0],
-                       recompute, cap_limits)
+                       recompute, cap_limits, hub)
         t = float(evaluate(g)[0])
         used += 1
         kicks += 1

@@ -82,6 +82,10 @@ on the schedule family (`git show ddbefaf:results/perf/quality.md`):
   With ``columns`` (true) every full sweep of the pair descent also tries the moves that
   change every stage at once (:func:`.pair_descent.column_moves`): on sim-s8-b64-s0 and
   sim-s16-b64-s1, both modes, seeds 100-105, the final plan was faster in 18 of 24 runs.
+  With ``hub`` (``auto``: 0.25 in stash, 0 in recompute) that share of the kicks are hub
+  kicks (:mod:`.iterated`): in stash the final plan was faster in 10 of 15 runs
+  (sim-s8-b64-s0 and sim-s16-b64-s1 seeds 100-105, vgg16 seeds 100-102), in recompute in
+  4 of 15.
 
 Randomness comes from one ``numpy.random.Generator(seed)`` (restart rounds and islands: one
 stream each, spawned from the seed): same seed, same result (for evaluation and generation
@@ -117,6 +121,7 @@ from ._tidgap_settings import (
     BUDGET_CAP,
     BUDGET_PER_BIT,
     BUDGET_WORK,
+    HUB_AUTO,
     ISLAND_FLOOR,
     MAX_RESTARTS,
     REVIVE_AUTO,
@@ -134,7 +139,8 @@ from .descent import descent_allowance
 from .iterated import iterated_descent
 from .pair_descent import pair_descent, pair_sweep_cost
 
-__all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "ISLAND_FLOOR", "MAX_RESTARTS",
+__all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "HUB_AUTO", "ISLAND_FLOOR",
+           "MAX_RESTARTS",
            "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTINGS", "IslandEngine",
            "RestartEngine", "TiDGAP", "TiDGAPEngine", "auto_restarts", "default_evaluations",
            "parse_restarts", "parse_revive"]
@@ -181,6 +187,10 @@ SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=
     Setting("columns", bool, True, "with round_descent: every full sweep of the pair descent "
             "also tries the moves that change every stage at once (the same first or last "
             "microbatch size, a cut bit set or cleared, a boundary moved by one sample)"),
+    Setting("hub", float, "auto", "with round_descent and kicks: the share of kicks that "
+            "move a cut of the stage with the fewest microbatches by 1-3 samples and stretch "
+            "every stage's cuts between its neighbouring cuts with it (0: none); auto: 0.25 "
+            "in stash, 0 in recompute", low=0.0, high=1.0, auto=True),
     Setting("descent", bool, True, "add the stage descent from the best seed plan to the seed "
             "plans (at most 10 % of an evaluation budget)"),
     Setting("backend", str, "auto", "evaluator of the GPipe schedule (the schedule family "
@@ -271,6 +281,8 @@ class TiDGAP(SearchPlanner):
         sweep = pair_sweep_cost(problem.S, problem.B, mode, family, reach)
         kicks = bool(settings.get("kicks", True))
         columns = bool(settings.get("columns", True))
+        hub = settings.get("hub", "auto")
+        hub = HUB_AUTO[mode] if hub == "auto" else float(hub)
         if settings.get("round_descent", True) and room >= sweep:
             def fn(evaluate: Any, genome: Genomes, T: float, allowance: int,
                    rng: np.random.Generator) -> tuple[Genomes, float, int]:
@@ -279,7 +291,7 @@ class TiDGAP(SearchPlanner):
                                      columns)
                     return d.genome, d.time, d.evaluations
                 p = iterated_descent(evaluate, genome, T, mode, allowance, rng, limits, reach,
-                                     columns)
+                                     columns, hub)
                 return p.genome, p.time, p.evaluations
         return SettlingRestarts(
             lambda b, ss: self._engine(problem, mode, settings, b, ss, objective), budget, seed,
