@@ -4,7 +4,8 @@ enumerate every plan and cap, its allowance, its determinism per random stream, 
 ends above the pair descent it starts with, and that the search loop's history notes the
 improvements it makes inside one ``tell``; the kick that gives every stage one first (or
 last) microbatch size, and a plan of sim-s4-b16-s0 that only such a kick leaves for the proven
-optimum."""
+optimum; the hub kick's invariants (one hub cut moved, every stage still refining the hub),
+and a plan of sim-s8-b64-s0 that the window kicks never leave and a hub kick does."""
 
 from __future__ import annotations
 
