@@ -10,6 +10,7 @@ and a plan of sim-s8-b64-s0 that the window kicks never leave and a hub kick doe
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -356,6 +357,13 @@ def _nested(rng: np.random.Generator, S: int, B: int, h: int) -> np.ndarray:
     return X
 
 
+def _nested_plans(rng: np.random.Generator, n: int, S: int,
+                  B: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``n`` pairs (hub stage, :func:`_nested` cut bits), the hub going round the stages."""
+    for trial in range(n):
+        yield trial % S, _nested(rng, S, B, trial % S)
+
+
 @pytest.mark.parametrize("recompute", [False, True])
 def test_the_hub_kick_moves_one_hub_cut_and_every_stage_keeps_refining_the_hub(recompute):
     """Every stage's cuts hold the hub's (the stage with the fewest cuts); a hub kick moves
@@ -368,9 +376,7 @@ def test_the_hub_kick_moves_one_hub_cut_and_every_stage_keeps_refining_the_hub(r
     S, B = 5, 24
     rng = np.random.default_rng(11)
     moved = 0
-    for trial in range(300):
-        h = trial % S
-        f = _nested(rng, S, B, h)
+    for h, f in _nested_plans(rng, 300, S, B):
         b = _nested(rng, S, B, h) if recompute else f
         if recompute:
             b[h] = f[h]  # one hub for both partitions
@@ -406,9 +412,7 @@ def test_a_kick_with_hub_one_is_a_hub_kick_over_every_stage(recompute):
     S, B = 5, 24
     rng = np.random.default_rng(5)
     seen = 0
-    for trial in range(200):
-        h = trial % S
-        f = _nested(rng, S, B, h)
+    for h, f in _nested_plans(rng, 200, S, B):
         ring = [0, *(np.flatnonzero(f[h]) + 1).tolist(), B]
         if min(np.diff(ring)) < 2:
             continue
