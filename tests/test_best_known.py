@@ -188,7 +188,7 @@ def test_bound_names_the_bound_that_gives_it(tmp_path, capsys):
     assert main(["best-known", "bound", "--file", str(f)]) == 0
     assert "4 bounds recorded" in capsys.readouterr().out
     book = bk.BestKnown(f)
-    for (p, m, fam), e in book.entries.items():
+    for (p, m, _fam), e in book.entries.items():
         closed = stage_bound(get_problem(p), m).value
         if p == PROBLEM:  # the relaxation is the larger there
             assert e.bound_by == "relaxation" and e.bound > closed

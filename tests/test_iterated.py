@@ -370,12 +370,13 @@ def test_the_hub_kick_moves_one_hub_cut_and_every_stage_keeps_refining_the_hub(r
     one hub cut by 1..HUB_SHIFT samples, between its neighbouring cuts, in every stage that
     holds it; cuts outside those neighbours stay, inside they keep their order (so no stage
     gains a cut), and every stage still holds every hub cut. A kick that cannot move the
-    cut (it sits next to a neighbour and the draw points there) changes nothing."""
+    cut (it sits next to a neighbour and the draw points there) changes nothing. In recompute
+    mode it moves one partition, the forward or the backward, around that partition's hub."""
     from umpipe_bench.planners.algorithms.iterated import HUB_SHIFT, _hub_kick
 
     S, B = 5, 24
     rng = np.random.default_rng(11)
-    moved = 0
+    moved, sides = 0, []
     for h, f in _nested_plans(rng, 300, S, B):
         b = _nested(rng, S, B, h) if recompute else f
         if recompute:
@@ -383,25 +384,30 @@ def test_the_hub_kick_moves_one_hub_cut_and_every_stage_keeps_refining_the_hub(r
             for t in range(S):
                 b[t] |= f[h]
         f0, b0 = f.copy(), b.copy()
-        if not _hub_kick(rng, [f, b] if recompute else [f]):
+        if not _hub_kick(rng, f, b, recompute):
             assert np.array_equal(f, f0) and np.array_equal(b, b0)
             continue
         moved += 1
-        old = set(np.flatnonzero(f0[h]) + 1)
-        new = set(np.flatnonzero(f[h]) + 1)
+        pairs = ((f, f0), (b, b0)) if recompute else ((f, f0),)  # in stash b is f
+        changed = [(X, X0) for X, X0 in pairs if not np.array_equal(X, X0)]
+        assert len(changed) == 1
+        X, X0 = changed[0]
+        sides.append(X is f)
+        old = set(np.flatnonzero(X0[h]) + 1)
+        new = set(np.flatnonzero(X[h]) + 1)
         (c,), (c2,) = old - new, new - old
         assert 1 <= abs(c2 - c) <= HUB_SHIFT
         ring = [0, *sorted(old), B]
         lo, hi = ring[ring.index(c) - 1], ring[ring.index(c) + 1]
         assert lo < c2 < hi
-        for X, X0 in ((f, f0), (b, b0)):
-            for t in range(S):
-                p0, p = np.flatnonzero(X0[t]) + 1, np.flatnonzero(X[t]) + 1
-                out0 = p0[(p0 <= lo) | (p0 >= hi)]
-                assert np.array_equal(out0, p[(p <= lo) | (p >= hi)])
-                assert len(p) <= len(p0)
-                assert new <= set(p.tolist())
+        for t in range(S):
+            p0, p = np.flatnonzero(X0[t]) + 1, np.flatnonzero(X[t]) + 1
+            out0 = p0[(p0 <= lo) | (p0 >= hi)]
+            assert np.array_equal(out0, p[(p <= lo) | (p >= hi)])
+            assert len(p) <= len(p0)
+            assert new <= set(p.tolist())
     assert moved >= 200
+    assert sides.count(False) >= 50 * recompute and sides.count(True) >= 50
 
 
 @pytest.mark.parametrize("recompute", [False, True])
@@ -421,7 +427,8 @@ def test_a_kick_with_hub_one_is_a_hub_kick_over_every_stage(recompute):
         k = np.full(S, B, np.int64)
         window = _kick(rng, f, b, k, recompute, None, hub=1.0)
         assert window == range(S) and (k == B).all()
-        old, new = set(np.flatnonzero(f0[h])), set(np.flatnonzero(f[h]))
+        X = f if not np.array_equal(f, f0) else b
+        old, new = set(np.flatnonzero(f0[h])), set(np.flatnonzero(X[h]))
         assert len(old - new) == 1 and len(new - old) == 1
         seen += 1
     assert seen >= 50

@@ -56,7 +56,9 @@ REVIVE_AUTO = {"stash": 0.15, "recompute": 0.0}
 #: (:mod:`.iterated`), per memory mode. Against none, in default runs (60 s, one core per
 #: run, the two back to back per seed; results/perf/plan-speed.md, "Hub kicks"): in stash
 #: the final plan was faster in 10 of 15 runs (sim-s8-b64-s0 and sim-s16-b64-s1 seeds
-#: 100-105, vgg16 seeds 100-102), in recompute in 4 of 15, so they are off there.
+#: 100-105, vgg16 seeds 100-102). In recompute (a kick moves the forward or the backward
+#: partition around its own hub) in 10 of 12 (sim-s8-b64-s0 and vgg16, seeds 200-205), but
+#: the recompute problems the rule ends are not yet measured with them, so they are off there.
 HUB_AUTO = {"stash": 0.25, "recompute": 0.0}
 
 

@@ -24,7 +24,8 @@ costs, whose cuts the other stages' partitions refine in the fastest plans found
 cuts moves by 1 to :data:`HUB_SHIFT` samples, and every stage's cuts between the hub's two
 neighbouring cuts stretch with it (each of the two intervals mapped linearly onto its new
 length, rounded), so a stage holding that cut moves it too and keeps its refinement of the
-hub. Its window is every stage. The pair descent then runs on the window and its two
+hub; in recompute mode the kick moves the forward or the backward partition (one half each),
+around its own hub. Its window is every stage. The pair descent then runs on the window and its two
 neighbours only; a kicked plan that beats the current one is polished by a full pair descent.
 The walk moves to the kicked plan when it is faster than the current one, or within
 :data:`ACCEPT` of the best found (so it can cross plateaus and shallow ridges without drifting
@@ -104,25 +105,25 @@ def hub_stretch(X: np.ndarray, lo: int, c: int, new: int, hi: int) -> None:
         X[t, np.clip(np.rint(q).astype(np.int64), 1, L) - 1] = 1
 
 
-def _hub_kick(rng: np.random.Generator, parts: list[np.ndarray]) -> bool:
-    """A hub kick (module docstring) on the partitions ``parts`` (``[S, B-1]`` cut bits each,
-    in place), the hub taken from the first; False when it moves nothing."""
-    X0 = parts[0]
-    n = X0.sum(axis=1)
+def _hub_kick(rng: np.random.Generator, f: np.ndarray, b: np.ndarray, recompute: bool) -> bool:
+    """A hub kick (module docstring) on the forward cut bits ``f`` ``[S, B-1]`` (in recompute
+    mode on ``f`` or ``b``, one half each: each partition has its own hub), in place; False
+    when it moves nothing."""
+    X = (f, b)[int(rng.integers(2))] if recompute else f
+    n = X.sum(axis=1)
     h = int(rng.choice(np.flatnonzero(n == n.min())))
-    hub = np.flatnonzero(X0[h]) + 1
+    hub = np.flatnonzero(X[h]) + 1
     if len(hub) == 0:
         return False
     i = int(rng.integers(len(hub)))
     c = int(hub[i])
     lo = int(hub[i - 1]) if i > 0 else 0
-    hi = int(hub[i + 1]) if i + 1 < len(hub) else X0.shape[1] + 1
+    hi = int(hub[i + 1]) if i + 1 < len(hub) else X.shape[1] + 1
     d = int(rng.integers(1, HUB_SHIFT + 1)) * (1 if rng.random() < 0.5 else -1)
     new = int(np.clip(c + d, lo + 1, hi - 1))
     if new == c:
         return False
-    for X in parts:
-        hub_stretch(X, lo, c, new, hi)
+    hub_stretch(X, lo, c, new, hi)
     return True
 
 
@@ -134,7 +135,7 @@ def _kick(rng: np.random.Generator, f: np.ndarray, b: np.ndarray, k: np.ndarray 
     B = L + 1
     s = int(rng.integers(S))
     window = range(s, min(S, s + int(rng.integers(1, WINDOW + 1))))
-    if hub and rng.random() < hub and _hub_kick(rng, [f, b] if recompute else [f]):
+    if hub and rng.random() < hub and _hub_kick(rng, f, b, recompute):
         return range(S)
     if rng.random() < 1.0 / (2 * S):  # every stage's first (or last) microbatch: one size
         first = rng.random() < 0.5

@@ -84,8 +84,9 @@ on the schedule family (`git show ddbefaf:results/perf/quality.md`):
   sim-s16-b64-s1, both modes, seeds 100-105, the final plan was faster in 18 of 24 runs.
   With ``hub`` (``auto``: 0.25 in stash, 0 in recompute) that share of the kicks are hub
   kicks (:mod:`.iterated`): in stash the final plan was faster in 10 of 15 runs
-  (sim-s8-b64-s0 and sim-s16-b64-s1 seeds 100-105, vgg16 seeds 100-102), in recompute in
-  4 of 15.
+  (sim-s8-b64-s0 and sim-s16-b64-s1 seeds 100-105, vgg16 seeds 100-102); in recompute, with
+  ``hub=0.25``, in 10 of 12 (sim-s8-b64-s0 and vgg16 seeds 200-205; off by default until the
+  recompute problems the rule ends are measured with it).
 
 Randomness comes from one ``numpy.random.Generator(seed)`` (restart rounds and islands: one
 stream each, spawned from the seed): same seed, same result (for evaluation and generation
