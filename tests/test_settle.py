@@ -355,13 +355,16 @@ def test_the_columns_setting_reaches_the_default_budget(monkeypatch):
 
 
 def test_the_hub_setting_reaches_the_default_budget(monkeypatch):
-    """TiDGAP's ``hub`` is the iterated descent's ``hub``: ``auto`` gives 0.25 in stash and 0
-    in recompute (HUB_AUTO), a number is passed as it is, anything outside [0, 1] is refused."""
+    """TiDGAP's ``hub`` is the iterated descent's ``hub``: ``auto`` gives 0.25 in both modes
+    (HUB_AUTO), a number is passed as it is, anything outside [0, 1] is refused."""
     seen = _spy_descent(monkeypatch, 9, "hub")
     tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
     assert seen and set(seen) == {0.25}
     seen.clear()
     tidgap.TiDGAP().plan(SMALL, mode="recompute", seed=0)
+    assert seen and set(seen) == {0.25}
+    seen.clear()
+    tidgap.TiDGAP(hub=0).plan(SMALL, mode="recompute", seed=0)
     assert seen and set(seen) == {0.0}
     seen.clear()
     tidgap.TiDGAP(hub=0.5).plan(SMALL, mode="recompute", seed=0)

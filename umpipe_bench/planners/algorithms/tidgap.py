@@ -82,11 +82,10 @@ on the schedule family (`git show ddbefaf:results/perf/quality.md`):
   With ``columns`` (true) every full sweep of the pair descent also tries the moves that
   change every stage at once (:func:`.pair_descent.column_moves`): on sim-s8-b64-s0 and
   sim-s16-b64-s1, both modes, seeds 100-105, the final plan was faster in 18 of 24 runs.
-  With ``hub`` (``auto``: 0.25 in stash, 0 in recompute) that share of the kicks are hub
-  kicks (:mod:`.iterated`): in stash the final plan was faster in 10 of 15 runs
-  (sim-s8-b64-s0 and sim-s16-b64-s1 seeds 100-105, vgg16 seeds 100-102); in recompute, with
-  ``hub=0.25``, in 10 of 12 (sim-s8-b64-s0 and vgg16 seeds 200-205; off by default until the
-  recompute problems the rule ends are measured with it).
+  With ``hub`` (``auto``: 0.25) that share of the kicks are hub kicks (:mod:`.iterated`):
+  in stash the final plan was faster in 10 of 15 runs (sim-s8-b64-s0 and sim-s16-b64-s1
+  seeds 100-105, vgg16 seeds 100-102), in recompute in 10 of 12 (sim-s8-b64-s0 and vgg16
+  seeds 200-205).
 
 Randomness comes from one ``numpy.random.Generator(seed)`` (restart rounds and islands: one
 stream each, spawned from the seed): same seed, same result (for evaluation and generation
@@ -191,7 +190,7 @@ SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=
     Setting("hub", float, "auto", "with round_descent and kicks: the share of kicks that "
             "move a cut of the stage with the fewest microbatches by 1-3 samples and stretch "
             "every stage's cuts between its neighbouring cuts with it (0: none); auto: 0.25 "
-            "in stash, 0 in recompute", low=0.0, high=1.0, auto=True),
+            "in both modes", low=0.0, high=1.0, auto=True),
     Setting("descent", bool, True, "add the stage descent from the best seed plan to the seed "
             "plans (at most 10 % of an evaluation budget)"),
     Setting("backend", str, "auto", "evaluator of the GPipe schedule (the schedule family "
