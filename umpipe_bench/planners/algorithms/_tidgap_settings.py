@@ -14,10 +14,9 @@ from ..search.base import Budget
 from ..search.settings import auto_or
 
 __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "HUB_AUTO", "ISLAND_FLOOR",
-           "MAX_RESTARTS",
-           "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTLE", "Settle", "auto_restarts",
-           "default_evaluations", "parse_restarts", "parse_revive", "settle_budget",
-           "settle_round", "settle_text"]
+           "MAX_RESTARTS", "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTLE", "Settle",
+           "auto_restarts", "default_evaluations", "parse_restarts", "parse_revive",
+           "settle_budget", "settle_round", "settle_text"]
 
 #: TiDGAP's default budget (:func:`default_evaluations`): the larger of ``BUDGET_PER_BIT``
 #: evaluations per cut bit (``12*S*(B-1)``: 785,664 at S = 64, B = 1024, where, with the stage

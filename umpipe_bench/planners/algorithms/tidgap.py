@@ -140,10 +140,9 @@ from .iterated import iterated_descent
 from .pair_descent import pair_descent, pair_sweep_cost
 
 __all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "HUB_AUTO", "ISLAND_FLOOR",
-           "MAX_RESTARTS",
-           "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTINGS", "IslandEngine",
-           "RestartEngine", "TiDGAP", "TiDGAPEngine", "auto_restarts", "default_evaluations",
-           "parse_restarts", "parse_revive"]
+           "MAX_RESTARTS", "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTINGS",
+           "IslandEngine", "RestartEngine", "TiDGAP", "TiDGAPEngine", "auto_restarts",
+           "default_evaluations", "parse_restarts", "parse_revive"]
 
 
 #: TiDGAP's settings: the GA's (population 1024, flip_rate 1 and shift_rate 8: DGAP's flips and
