@@ -85,7 +85,7 @@ on the schedule family (`git show ddbefaf:results/perf/quality.md`):
   With ``hub`` (``auto``: 0.25) that share of the kicks are hub kicks (:mod:`.iterated`):
   in stash the final plan was faster in 10 of 15 runs (sim-s8-b64-s0 and sim-s16-b64-s1
   seeds 100-105, vgg16 seeds 100-102), in recompute in 10 of 12 (sim-s8-b64-s0 and vgg16
-  seeds 200-205).
+  seeds 200-205; sim-s16-b64-s1 2 of 6, seeds 300-305).
 
 Randomness comes from one ``numpy.random.Generator(seed)`` (restart rounds and islands: one
 stream each, spawned from the seed): same seed, same result (for evaluation and generation
