@@ -57,9 +57,9 @@ REVIVE_AUTO = {"stash": 0.15, "recompute": 0.0}
 #: the final plan was faster in 10 of 15 runs (sim-s8-b64-s0 and sim-s16-b64-s1 seeds
 #: 100-105, vgg16 seeds 100-102); in recompute (a kick moves the forward or the backward
 #: partition around its own hub) in 10 of 12 (sim-s8-b64-s0 and vgg16, seeds 200-205), not
-#: on sim-s16-b64-s1 (2 of 6, seeds 300-305). On
-#: the problems the rule ends every run still ended within 0.5 % of the best known in both
-#: modes (40 of 40 each), with the same or fewer evaluations to get there at the median.
+#: on sim-s16-b64-s1 (2 of 6, seeds 300-305). On the problems the rule ends every run still
+#: ended within 0.5 % of the best known in both modes (40 of 40 each), with the same or
+#: fewer evaluations to get there at the median.
 HUB_AUTO = {"stash": 0.25, "recompute": 0.25}
 
 

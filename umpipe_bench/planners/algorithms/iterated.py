@@ -25,9 +25,9 @@ cuts moves by 1 to :data:`HUB_SHIFT` samples, and every stage's cuts between the
 neighbouring cuts stretch with it (each of the two intervals mapped linearly onto its new
 length, rounded), so a stage holding that cut moves it too and keeps its refinement of the
 hub; in recompute mode the kick moves the forward or the backward partition (one half each),
-around its own hub. Its window is every stage. The pair descent then runs on the window and its two
-neighbours only; a kicked plan that beats the current one is polished by a full pair descent.
-The walk moves to the kicked plan when it is faster than the current one, or within
+around its own hub. Its window is every stage. The pair descent then runs on the window and
+its two neighbours only; a kicked plan that beats the current one is polished by a full pair
+descent. The walk moves to the kicked plan when it is faster than the current one, or within
 :data:`ACCEPT` of the best found (so it can cross plateaus and shallow ridges without drifting
 far); the result is the best plan found. The walk ends when its allowance is spent or, sooner,
 once it has gone :data:`STALL` kicks, or as many kicks as it took to its last improvement if
