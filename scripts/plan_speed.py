@@ -15,7 +15,14 @@ Two steps (docs/SEARCH.md, "Stopping"):
   0.1 % of the best known (``umpipe_bench/problems/best_known.json``, capped family; a seed that
   never got there counts as not reached, shown as ``-``), the final gap, the run's wall and
   the machine's speed when the runs started (:func:`reference_speed`: a fixed evaluation,
-  microseconds per plan; ``-`` for rows that did not record it).
+  microseconds per plan; ``-`` for rows that did not record it);
+* ``pairs``: two labels run on the same seeds (a screen): per problem and mode, and over all,
+  the final T of ``--other`` against ``--base`` seed by seed, how many were faster and the
+  median;
+* ``at-evaluations``: labels whose runs made different numbers of evaluations (different
+  machines, different cores): per problem and mode, each label's best T at the fewest
+  evaluations any of the runs made (read from each run's history), as a gap to the best known,
+  and its run lengths in evaluations.
 
 Wall times are only meaningful on an otherwise idle machine (2 cores here); evaluations do not
 depend on the load.
@@ -209,6 +216,97 @@ def _reference(rows: list[dict[str, Any]]) -> str:
     return f"{statistics.median(got):.1f}" if got else "-"
 
 
+def _read(files: list[str], labels: list[str], seeds: str | None) -> list[dict[str, Any]]:
+    """The rows of ``files`` with one of ``labels`` (and one of ``seeds``, if given)."""
+    keep = set(parse_seeds(seeds)) if seeds else None
+    rows = [json.loads(line) for f in files for line in Path(f).read_text().splitlines()
+            if line.strip()]
+    return [r for r in rows if r["label"] in labels and (keep is None or r["seed"] in keep)]
+
+
+def pairs(args: argparse.Namespace) -> int:
+    """Per seed, T of ``--other`` over T of ``--base`` minus one, in per cent."""
+    rows = _read(args.files, [args.base, args.other], args.seeds)
+    runs: dict[tuple[str, str, int, str], float] = {}
+    for r in rows:
+        key = (r["problem"], r["mode"], r["seed"], r["label"])
+        if key in runs:
+            print(f"pairs: two runs of {key[3]!r} on {key[0]} {key[1]} seed {key[2]}; "
+                  "expected one per label and seed (use --seeds)", file=sys.stderr)
+            return 2
+        runs[key] = float(r["T"])
+    groups: dict[tuple[str, str], list[float]] = {}
+    for (p, mode, seed, label), t in sorted(runs.items()):
+        base = runs.get((p, mode, seed, args.base))
+        if label == args.other and base is not None:
+            groups.setdefault((p, mode), []).append(100 * (t / base - 1))
+    if not groups:
+        print(f"pairs: no seed has runs of both {args.base!r} and {args.other!r}",
+              file=sys.stderr)
+        return 2
+    print(f"| problem | mode | seeds | faster with {args.other} | per seed, T {args.other} / "
+          f"T {args.base} - 1 | median |")
+    print("|---|---|---|---|---|---|")
+    order = {p: i for i, p in enumerate(default_problems())}
+    totals: dict[str, list[float]] = {}
+    for (p, mode), d in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0])):
+        totals.setdefault(mode, []).extend(d)
+        print(f"| {p} | {mode} | {len(d)} | {sum(x < 0 for x in d)} of {len(d)} | "
+              f"{', '.join(f'{x:+.2f} %' for x in sorted(d))} | {statistics.median(d):+.2f} % |")
+    if len(totals) > 1:
+        totals["both"] = [x for d in totals.values() for x in d]
+    for mode, d in sorted(totals.items()):
+        print(f"| all | {mode} | {len(d)} | {sum(x < 0 for x in d)} of {len(d)} | "
+              f"{min(d):+.2f} % to {max(d):+.2f} % | {statistics.median(d):+.2f} % |")
+    return 0
+
+
+def best_at(history: list[list[float]], evaluations: float) -> float | None:
+    """The best T of a run's history after ``evaluations`` (None: its first record is later)."""
+    got = [best for ev, _secs, best in history if ev <= evaluations]
+    return min(got) if got else None
+
+
+def at_evaluations(args: argparse.Namespace) -> int:
+    """Per problem and mode, each label's gap at the fewest evaluations any of the runs made."""
+    labels = args.label
+    rows = _read(args.files, labels, args.seeds)
+    if not rows:
+        print(f"at-evaluations: no runs labelled {' or '.join(map(repr, labels))}",
+              file=sys.stderr)
+        return 2
+    book = BestKnown()
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["problem"], r["mode"]), []).append(r)
+    print("| problem | mode | run | seeds | evaluations min / median / max | at evaluations | "
+          "gap there median / worst |")
+    print("|---|---|---|---|---|---|---|")
+    order = {p: i for i, p in enumerate(default_problems())}
+    for (p, mode), rs in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0])):
+        best = book.value(p, mode, "capped")
+        if best is None:
+            continue
+        at = min(r["evaluations"] for r in rs)
+        for label in labels:
+            mine = [r for r in rs if r["label"] == label]
+            if not mine:
+                continue
+            ev = sorted(r["evaluations"] for r in mine)
+            found = [best_at(r["history"], at) for r in mine]
+            gaps = sorted(100 * (t / best - 1) for t in found if t is not None)
+            gap = ("-" if len(gaps) < len(found) else
+                   f"{statistics.median(gaps):+.2f} % / {gaps[-1]:+.2f} %")
+            print(f"| {p} | {mode} | {label} | {len(mine)} | {_mega(ev[0])} / "
+                  f"{_mega(statistics.median(ev))} / {_mega(ev[-1])} | {_mega(at)} | {gap} |")
+    return 0
+
+
+def _mega(x: float) -> str:
+    """Evaluations in millions, from 10,000 in thousands, below that as they are."""
+    return f"{x / 1e6:.1f}M" if x >= 1e6 else f"{x / 1e3:.0f}k" if x >= 1e4 else f"{x:.0f}"
+
+
 def offer(args: argparse.Namespace) -> int:
     """Every run's saved plan as a best-known candidate (re-simulated before it is taken)."""
     from umpipe_bench.bench.best_known import Candidate, update
@@ -249,6 +347,20 @@ def main() -> int:
     t = sub.add_parser("table", help="the markdown table of run files")
     t.add_argument("files", nargs="+")
     t.set_defaults(func=table)
+    p = sub.add_parser("pairs", help="a screen: the final T of --other against --base, seed "
+                       "by seed")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--base", required=True, help="the label compared against")
+    p.add_argument("--other", required=True, help="the label compared")
+    p.add_argument("--seeds", default=None, help="only these seeds, e.g. 0-4; default: all")
+    p.set_defaults(func=pairs)
+    a = sub.add_parser("at-evaluations", help="each label's gap to the best known at the "
+                       "fewest evaluations any of the runs made, per problem and mode")
+    a.add_argument("files", nargs="+")
+    a.add_argument("--label", action="append", required=True,
+                   help="a run label (repeat the option for each; labels may hold commas)")
+    a.add_argument("--seeds", default=None, help="only these seeds, e.g. 0-4; default: all")
+    a.set_defaults(func=at_evaluations)
     args = ap.parse_args()
     return int(args.func(args))
 

@@ -43,3 +43,60 @@ def test_the_table_gives_the_median_machine_speed_or_a_dash(script, tmp_path, ca
 def test_the_reference_speed_is_a_positive_time_per_plan(script):
     us = script.reference_speed()
     assert 0 < us < 1e6
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [str(path)]
+
+
+def _cells(out, first):
+    return [ln.strip(" |").split(" | ") for ln in out.splitlines() if ln.startswith(f"| {first}")]
+
+
+def test_pairs_compares_the_two_labels_seed_by_seed(script, tmp_path, capsys):
+    files = _write(tmp_path / "screen.jsonl", [
+        _row("a", 0, 2.0), _row("b", 0, 1.9), _row("a", 1, 2.0), _row("b", 1, 2.1),
+        _row("a", 2, 4.0), _row("b", 2, 3.0), _row("a", 3, 1.0)])  # seed 3: no pair
+    args = argparse.Namespace(files=files, base="a", other="b", seeds=None)
+    assert script.pairs(args) == 0
+    out = capsys.readouterr().out
+    [row] = _cells(out, "sim-")
+    assert row[2:] == ["3", "2 of 3", "-25.00 %, -5.00 %, +5.00 %", "-5.00 %"]
+    [total] = _cells(out, "all")
+    assert total[1:] == ["stash", "3", "2 of 3", "-25.00 % to +5.00 %", "-5.00 %"]
+    args.seeds = "0-1"
+    assert script.pairs(args) == 0
+    assert _cells(capsys.readouterr().out, "sim-")[0][3] == "1 of 2"
+
+
+def test_pairs_refuses_two_runs_of_one_label_on_one_seed(script, tmp_path, capsys):
+    files = _write(tmp_path / "twice.jsonl", [_row("a", 0, 2.0), _row("a", 0, 2.1),
+                                              _row("b", 0, 1.9)])
+    assert script.pairs(argparse.Namespace(files=files, base="a", other="b", seeds=None)) == 2
+    err = capsys.readouterr().err
+    assert "two runs of 'a'" in err and "seed 0" in err and len(err.splitlines()) == 1
+
+
+def test_at_evaluations_reads_each_history_at_the_shortest_run(script, tmp_path, capsys):
+    from umpipe_bench.bench.best_known import BestKnown
+
+    best = BestKnown().value("sim-s2-b8-s0", "stash", "capped")
+    short = _row("fast machine", 0, best * 1.01)  # 100 evaluations, ends 1 % above
+    slow = _row("slow machine", 0, best)
+    slow["history"] = [[50, 0.1, best * 1.04], [100, 0.2, best * 1.02], [1000, 2.0, best]]
+    slow["evaluations"] = 1000
+    late = _row("slow machine", 1, best)
+    late["history"] = [[500, 1.0, best]]
+    late["evaluations"] = 500
+    files = _write(tmp_path / "runs.jsonl", [short, slow, late])
+    args = argparse.Namespace(files=files, label=["fast machine", "slow machine"], seeds=None)
+    assert script.at_evaluations(args) == 0
+    rows = {r[2]: r for r in _cells(capsys.readouterr().out, "sim-")}
+    assert rows["fast machine"][4:] == ["100 / 100 / 100", "100", "+1.00 % / +1.00 %"]
+    # at 100 evaluations seed 0 was 2 % above; seed 1 had no record yet: not reached
+    assert rows["slow machine"][4:] == ["500 / 750 / 1000", "100", "-"]
+    args.seeds = "0"
+    assert script.at_evaluations(args) == 0
+    rows = {r[2]: r for r in _cells(capsys.readouterr().out, "sim-")}
+    assert rows["slow machine"][-1] == "+2.00 % / +2.00 %"
