@@ -99,6 +99,37 @@ def reference_speed() -> float:
     return round(1e6 * statistics.median(times), 2)
 
 
+#: What every run line holds (``run`` writes more).
+RUN_KEYS = ("label", "problem", "mode", "seed", "T", "evaluations", "history")
+
+
+class RunFileError(ValueError):
+    """A run file that cannot be read: one line naming the file (and line) and why."""
+
+
+def read_runs(files: list[str]) -> list[dict[str, Any]]:
+    """Every run line of ``files`` (JSON lines as ``run`` writes them; blank lines skipped)."""
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        try:
+            text = Path(f).read_text()
+        except OSError as e:
+            raise RunFileError(f"run file {f}: {e.strerror or e}") from None
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RunFileError(f"run file {f} line {n}: not JSON ({e.msg})") from None
+            missing = [k for k in RUN_KEYS if not isinstance(row, dict) or k not in row]
+            if missing:
+                raise RunFileError(f"run file {f} line {n}: expected a run with "
+                                   f"{', '.join(RUN_KEYS)}; missing {', '.join(missing)}")
+            rows.append(row)
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     problems = args.problems.split(",") if args.problems else default_problems()
     modes = args.modes.split(",")
@@ -177,8 +208,7 @@ def _num(x: float, unit: str) -> str:
 
 
 def table(args: argparse.Namespace) -> int:
-    rows = [json.loads(line) for f in args.files for line in Path(f).read_text().splitlines()
-            if line.strip()]
+    rows = read_runs(args.files)
     book = BestKnown()
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
@@ -219,8 +249,7 @@ def _reference(rows: list[dict[str, Any]]) -> str:
 def _read(files: list[str], labels: list[str], seeds: str | None) -> list[dict[str, Any]]:
     """The rows of ``files`` with one of ``labels`` (and one of ``seeds``, if given)."""
     keep = set(parse_seeds(seeds)) if seeds else None
-    rows = [json.loads(line) for f in files for line in Path(f).read_text().splitlines()
-            if line.strip()]
+    rows = read_runs(files)
     return [r for r in rows if r["label"] in labels and (keep is None or r["seed"] in keep)]
 
 
@@ -311,8 +340,7 @@ def offer(args: argparse.Namespace) -> int:
     """Every run's saved plan as a best-known candidate (re-simulated before it is taken)."""
     from umpipe_bench.bench.best_known import Candidate, update
 
-    rows = [json.loads(line) for f in args.files for line in Path(f).read_text().splitlines()
-            if line.strip()]
+    rows = read_runs(args.files)
     today = time.strftime("%Y-%m-%d")
     cands = [Candidate(r["problem"], r["mode"], Path(r["plan_file"]), float(r["T"]),
                        f"tidgap ({r['label']})", today)
@@ -362,7 +390,11 @@ def main() -> int:
     a.add_argument("--seeds", default=None, help="only these seeds, e.g. 0-4; default: all")
     a.set_defaults(func=at_evaluations)
     args = ap.parse_args()
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except RunFileError as e:
+        print(f"plan_speed.py {args.cmd}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

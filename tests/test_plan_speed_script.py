@@ -100,3 +100,22 @@ def test_at_evaluations_reads_each_history_at_the_shortest_run(script, tmp_path,
     assert script.at_evaluations(args) == 0
     rows = {r[2]: r for r in _cells(capsys.readouterr().out, "sim-")}
     assert rows["slow machine"][-1] == "+2.00 % / +2.00 %"
+
+
+@pytest.mark.parametrize("content, says", [
+    (None, "No such file"),
+    ("{bad\n", "line 2: not JSON"),
+    ('{"label": "a"}\n', "line 2: expected a run with"),
+])
+def test_a_bad_run_file_gets_one_line_and_exit_2(script, tmp_path, capsys, monkeypatch,
+                                                 content, says):
+    f = tmp_path / "runs.jsonl"
+    if content is not None:
+        f.write_text(json.dumps(_row("a", 0, 1.0)) + "\n" + content)
+    for argv in (["table", str(f)], ["pairs", str(f), "--base", "a", "--other", "b"],
+                 ["at-evaluations", str(f), "--label", "a"]):
+        monkeypatch.setattr("sys.argv", ["plan_speed.py", *argv])
+        assert script.main() == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and str(f) in err and says in err
+        assert err.startswith(f"plan_speed.py {argv[0]}: ")
