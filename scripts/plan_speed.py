@@ -209,6 +209,9 @@ def _num(x: float, unit: str) -> str:
 
 def table(args: argparse.Namespace) -> int:
     rows = read_runs(args.files)
+    if getattr(args, "seeds", None):
+        keep = set(parse_seeds(args.seeds))
+        rows = [r for r in rows if r["seed"] in keep]
     book = BestKnown()
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
@@ -374,6 +377,7 @@ def main() -> int:
     b.set_defaults(func=offer)
     t = sub.add_parser("table", help="the markdown table of run files")
     t.add_argument("files", nargs="+")
+    t.add_argument("--seeds", default=None, help="only these seeds, e.g. 0-4; default: all")
     t.set_defaults(func=table)
     p = sub.add_parser("pairs", help="a screen: the final T of --other against --base, seed "
                        "by seed")

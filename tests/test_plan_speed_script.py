@@ -38,6 +38,10 @@ def test_the_table_gives_the_median_machine_speed_or_a_dash(script, tmp_path, ca
     assert cells["new"][-1] == "50.0"  # the median of 40, 52 and 50
     assert cells["new"][-3] == "2/3"  # within 0.5 %: two of three
     assert len(cells["old"]) == len(cells["new"]) == 12
+    assert script.table(argparse.Namespace(files=[str(f)], seeds="1-2")) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| sim-")]
+    [only] = [ln.strip(" |").split(" | ") for ln in lines]
+    assert only[2:4] == ["new", "2"] and only[-3] == "1/2"  # seeds 1 and 2 of "new" only
 
 
 def test_the_reference_speed_is_a_positive_time_per_plan(script):
