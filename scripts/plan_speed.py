@@ -62,11 +62,22 @@ def default_problems() -> list[str]:
 
 
 def parse_seeds(text: str) -> list[int]:
+    """``0-4``, ``0,3,5`` or a mix, as a list; anything else is a ValueError (argparse's
+    ``type``: one line, exit 2)."""
     out: list[int] = []
     for part in text.split(","):
         a, _, b = part.partition("-")
-        out.extend(range(int(a), int(b) + 1) if b else [int(a)])
+        try:
+            out.extend(range(int(a), int(b) + 1) if b else [int(a)])
+        except ValueError:
+            raise ValueError(f"seeds {text!r}: expected e.g. 0-9 or 0,3,5") from None
     return out
+
+
+def _order(key: tuple[str, ...]) -> tuple[int, tuple[str, ...]]:
+    """Sort key of a ``(problem, mode, ...)`` group: the benchmark's problem order first."""
+    order = {p: i for i, p in enumerate(default_problems())}
+    return order.get(key[0], 99), key
 
 
 #: The machine's speed when a run starts: the family evaluator (one thread) on this fixed
@@ -208,22 +219,16 @@ def _num(x: float, unit: str) -> str:
 
 
 def table(args: argparse.Namespace) -> int:
-    rows = read_runs(args.files)
-    if getattr(args, "seeds", None):
-        keep = set(parse_seeds(args.seeds))
-        rows = [r for r in rows if r["seed"] in keep]
+    rows = _read(args.files, None, getattr(args, "seeds", None))
     book = BestKnown()
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["problem"], r["mode"], r["label"]), []).append(r)
-    order = {p: i for i, p in enumerate(default_problems())}
     print("| problem | mode | run | seeds | s to 0.5 % | evals to 0.5 % | s to 0.1 % | "
           "evals to 0.1 % | final gap median / worst | within 0.5 % | wall median / max | "
           "reference us/plan |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for (p, mode, label), rs in sorted(groups.items(),
-                                       key=lambda kv: (order.get(kv[0][0], 99), kv[0][1],
-                                                       kv[0][2])):
+    for (p, mode, label), rs in sorted(groups.items(), key=lambda kv: _order(kv[0])):
         best = book.value(p, mode, "capped")
         if best is None:
             continue
@@ -249,11 +254,13 @@ def _reference(rows: list[dict[str, Any]]) -> str:
     return f"{statistics.median(got):.1f}" if got else "-"
 
 
-def _read(files: list[str], labels: list[str], seeds: str | None) -> list[dict[str, Any]]:
-    """The rows of ``files`` with one of ``labels`` (and one of ``seeds``, if given)."""
+def _read(files: list[str], labels: list[str] | None,
+          seeds: str | None) -> list[dict[str, Any]]:
+    """The rows of ``files`` with one of ``labels`` (None: any) and one of ``seeds`` (None:
+    any)."""
     keep = set(parse_seeds(seeds)) if seeds else None
-    rows = read_runs(files)
-    return [r for r in rows if r["label"] in labels and (keep is None or r["seed"] in keep)]
+    return [r for r in read_runs(files) if (labels is None or r["label"] in labels)
+            and (keep is None or r["seed"] in keep)]
 
 
 def pairs(args: argparse.Namespace) -> int:
@@ -279,9 +286,8 @@ def pairs(args: argparse.Namespace) -> int:
     print(f"| problem | mode | seeds | faster with {args.other} | per seed, T {args.other} / "
           f"T {args.base} - 1 | median |")
     print("|---|---|---|---|---|---|")
-    order = {p: i for i, p in enumerate(default_problems())}
     totals: dict[str, list[float]] = {}
-    for (p, mode), d in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0])):
+    for (p, mode), d in sorted(groups.items(), key=lambda kv: _order(kv[0])):
         totals.setdefault(mode, []).extend(d)
         print(f"| {p} | {mode} | {len(d)} | {sum(x < 0 for x in d)} of {len(d)} | "
               f"{', '.join(f'{x:+.2f} %' for x in sorted(d))} | {statistics.median(d):+.2f} % |")
@@ -314,8 +320,7 @@ def at_evaluations(args: argparse.Namespace) -> int:
     print("| problem | mode | run | seeds | evaluations min / median / max | at evaluations | "
           "gap there median / worst |")
     print("|---|---|---|---|---|---|---|")
-    order = {p: i for i, p in enumerate(default_problems())}
-    for (p, mode), rs in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0])):
+    for (p, mode), rs in sorted(groups.items(), key=lambda kv: _order(kv[0])):
         best = book.value(p, mode, "capped")
         if best is None:
             continue
@@ -356,6 +361,15 @@ def offer(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seeds_arg(text: str) -> str:
+    """argparse ``type`` of ``--seeds``: the text, once :func:`parse_seeds` reads it."""
+    try:
+        parse_seeds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -364,7 +378,7 @@ def main() -> int:
     r.add_argument("--budget", default=None, help="a --budget string; default: the planner's")
     r.add_argument("--problems", default=None, help="comma-separated; default: see above")
     r.add_argument("--modes", default="stash,recompute")
-    r.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,3,5")
+    r.add_argument("--seeds", default="0-9", type=_seeds_arg, help="e.g. 0-9 or 0,3,5")
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="a TiDGAP setting")
     r.add_argument("--out", required=True, help="JSON lines file (appended)")
     r.add_argument("--plans", default=None, help="folder for the final plans")
@@ -377,21 +391,24 @@ def main() -> int:
     b.set_defaults(func=offer)
     t = sub.add_parser("table", help="the markdown table of run files")
     t.add_argument("files", nargs="+")
-    t.add_argument("--seeds", default=None, help="only these seeds, e.g. 0-4; default: all")
+    t.add_argument("--seeds", default=None, type=_seeds_arg,
+                   help="only these seeds, e.g. 0-4; default: all")
     t.set_defaults(func=table)
     p = sub.add_parser("pairs", help="a screen: the final T of --other against --base, seed "
                        "by seed")
     p.add_argument("files", nargs="+")
     p.add_argument("--base", required=True, help="the label compared against")
     p.add_argument("--other", required=True, help="the label compared")
-    p.add_argument("--seeds", default=None, help="only these seeds, e.g. 0-4; default: all")
+    p.add_argument("--seeds", default=None, type=_seeds_arg,
+                   help="only these seeds, e.g. 0-4; default: all")
     p.set_defaults(func=pairs)
     a = sub.add_parser("at-evaluations", help="each label's gap to the best known at the "
                        "fewest evaluations any of the runs made, per problem and mode")
     a.add_argument("files", nargs="+")
     a.add_argument("--label", action="append", required=True,
                    help="a run label (repeat the option for each; labels may hold commas)")
-    a.add_argument("--seeds", default=None, help="only these seeds, e.g. 0-4; default: all")
+    a.add_argument("--seeds", default=None, type=_seeds_arg,
+                   help="only these seeds, e.g. 0-4; default: all")
     a.set_defaults(func=at_evaluations)
     args = ap.parse_args()
     try:

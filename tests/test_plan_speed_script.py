@@ -123,3 +123,13 @@ def test_a_bad_run_file_gets_one_line_and_exit_2(script, tmp_path, capsys, monke
         err = capsys.readouterr().err
         assert len(err.splitlines()) == 1 and str(f) in err and says in err
         assert err.startswith(f"plan_speed.py {argv[0]}: ")
+
+
+@pytest.mark.parametrize("cmd", [["table", "runs.jsonl"], ["run", "--label", "x", "--out", "o"],
+                                 ["pairs", "runs.jsonl", "--base", "a", "--other", "b"]])
+def test_bad_seeds_are_refused_before_anything_runs(script, capsys, monkeypatch, cmd):
+    monkeypatch.setattr("sys.argv", ["plan_speed.py", *cmd, "--seeds", "0-x"])
+    with pytest.raises(SystemExit) as e:
+        script.main()
+    assert e.value.code == 2
+    assert "argument --seeds: seeds '0-x': expected e.g. 0-9 or 0,3,5" in capsys.readouterr().err
