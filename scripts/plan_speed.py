@@ -370,6 +370,15 @@ def _seeds_arg(text: str) -> str:
     return text
 
 
+def _reader(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A sub-command that reads run files, with ``--seeds``."""
+    c = sub.add_parser(name, help=help)
+    c.add_argument("files", nargs="+")
+    c.add_argument("--seeds", default=None, type=_seeds_arg,
+                   help="only these seeds, e.g. 0-4; default: all")
+    return c
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -389,26 +398,16 @@ def main() -> int:
                        "best-known file (umpipe_bench/problems/best_known.json)")
     b.add_argument("files", nargs="+")
     b.set_defaults(func=offer)
-    t = sub.add_parser("table", help="the markdown table of run files")
-    t.add_argument("files", nargs="+")
-    t.add_argument("--seeds", default=None, type=_seeds_arg,
-                   help="only these seeds, e.g. 0-4; default: all")
+    t = _reader(sub, "table", "the markdown table of run files")
     t.set_defaults(func=table)
-    p = sub.add_parser("pairs", help="a screen: the final T of --other against --base, seed "
-                       "by seed")
-    p.add_argument("files", nargs="+")
+    p = _reader(sub, "pairs", "a screen: the final T of --other against --base, seed by seed")
     p.add_argument("--base", required=True, help="the label compared against")
     p.add_argument("--other", required=True, help="the label compared")
-    p.add_argument("--seeds", default=None, type=_seeds_arg,
-                   help="only these seeds, e.g. 0-4; default: all")
     p.set_defaults(func=pairs)
-    a = sub.add_parser("at-evaluations", help="each label's gap to the best known at the "
-                       "fewest evaluations any of the runs made, per problem and mode")
-    a.add_argument("files", nargs="+")
+    a = _reader(sub, "at-evaluations", "each label's gap to the best known at the fewest "
+                "evaluations any of the runs made, per problem and mode")
     a.add_argument("--label", action="append", required=True,
                    help="a run label (repeat the option for each; labels may hold commas)")
-    a.add_argument("--seeds", default=None, type=_seeds_arg,
-                   help="only these seeds, e.g. 0-4; default: all")
     a.set_defaults(func=at_evaluations)
     args = ap.parse_args()
     try:
