@@ -40,6 +40,7 @@ import json
 import statistics
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +75,15 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
+@lru_cache(maxsize=1)
+def _ranks() -> dict[str, int]:
+    """Each of :func:`default_problems` by its place (read once)."""
+    return {p: i for i, p in enumerate(default_problems())}
+
+
 def _order(key: tuple[str, ...]) -> tuple[int, tuple[str, ...]]:
     """Sort key of a ``(problem, mode, ...)`` group: the benchmark's problem order first."""
-    order = {p: i for i, p in enumerate(default_problems())}
-    return order.get(key[0], 99), key
+    return _ranks().get(key[0], 99), key
 
 
 #: The machine's speed when a run starts: the family evaluator (one thread) on this fixed
@@ -115,7 +121,8 @@ RUN_KEYS = ("label", "problem", "mode", "seed", "T", "evaluations", "history")
 
 
 class RunFileError(ValueError):
-    """A run file that cannot be read: one line naming the file (and line) and why."""
+    """A run file that cannot be read: one line naming the file (and line) and why (``main``
+    prints it after the sub-command's name and exits 2)."""
 
 
 def read_runs(files: list[str]) -> list[dict[str, Any]]:
@@ -270,8 +277,8 @@ def pairs(args: argparse.Namespace) -> int:
     for r in rows:
         key = (r["problem"], r["mode"], r["seed"], r["label"])
         if key in runs:
-            print(f"pairs: two runs of {key[3]!r} on {key[0]} {key[1]} seed {key[2]}; "
-                  "expected one per label and seed (use --seeds)", file=sys.stderr)
+            print(f"plan_speed.py pairs: two runs of {key[3]!r} on {key[0]} {key[1]} seed "
+                  f"{key[2]}; expected one per label and seed (use --seeds)", file=sys.stderr)
             return 2
         runs[key] = float(r["T"])
     groups: dict[tuple[str, str], list[float]] = {}
@@ -280,8 +287,8 @@ def pairs(args: argparse.Namespace) -> int:
         if label == args.other and base is not None:
             groups.setdefault((p, mode), []).append(100 * (t / base - 1))
     if not groups:
-        print(f"pairs: no seed has runs of both {args.base!r} and {args.other!r}",
-              file=sys.stderr)
+        print(f"plan_speed.py pairs: no seed has runs of both {args.base!r} and "
+              f"{args.other!r}", file=sys.stderr)
         return 2
     print(f"| problem | mode | seeds | faster with {args.other} | per seed, T {args.other} / "
           f"T {args.base} - 1 | median |")
@@ -310,8 +317,8 @@ def at_evaluations(args: argparse.Namespace) -> int:
     labels = args.label
     rows = _read(args.files, labels, args.seeds)
     if not rows:
-        print(f"at-evaluations: no runs labelled {' or '.join(map(repr, labels))}",
-              file=sys.stderr)
+        print(f"plan_speed.py at-evaluations: no runs labelled "
+              f"{' or '.join(map(repr, labels))}", file=sys.stderr)
         return 2
     book = BestKnown()
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -340,8 +347,8 @@ def at_evaluations(args: argparse.Namespace) -> int:
 
 
 def _mega(x: float) -> str:
-    """Evaluations in millions, from 10,000 in thousands, below that as they are."""
-    return f"{x / 1e6:.1f}M" if x >= 1e6 else f"{x / 1e3:.0f}k" if x >= 1e4 else f"{x:.0f}"
+    """Evaluations in millions, below that as :func:`_num` writes them."""
+    return f"{x / 1e6:.1f}M" if x >= 1e6 else _num(x, "evals")
 
 
 def offer(args: argparse.Namespace) -> int:

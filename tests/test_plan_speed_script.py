@@ -133,3 +133,13 @@ def test_bad_seeds_are_refused_before_anything_runs(script, capsys, monkeypatch,
         script.main()
     assert e.value.code == 2
     assert "argument --seeds: seeds '0-x': expected e.g. 0-9 or 0,3,5" in capsys.readouterr().err
+
+
+def test_labels_with_no_runs_get_one_line_and_exit_2(script, tmp_path, capsys):
+    files = _write(tmp_path / "runs.jsonl", [_row("a", 0, 2.0)])
+    assert script.pairs(argparse.Namespace(files=files, base="a", other="b", seeds=None)) == 2
+    assert capsys.readouterr().err == ("plan_speed.py pairs: no seed has runs of both 'a' and "
+                                       "'b'\n")
+    args = argparse.Namespace(files=files, label=["x", "y"], seeds=None)
+    assert script.at_evaluations(args) == 2
+    assert capsys.readouterr().err == "plan_speed.py at-evaluations: no runs labelled 'x' or 'y'\n"
