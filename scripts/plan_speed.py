@@ -19,6 +19,9 @@ Two steps (docs/SEARCH.md, "Stopping"):
 * ``pairs``: two labels run on the same seeds (a screen): per problem and mode, and over all,
   the final T of ``--other`` against ``--base`` seed by seed, how many were faster and the
   median;
+* ``best-of``: runs made side by side in pairs (seed ``k`` on one core beside seed
+  ``k + offset`` on the other, started together): per problem and mode, the better run of each
+  pair, what two independent searches on the two cores would give;
 * ``at-evaluations``: labels whose runs made different numbers of evaluations (different
   machines, different cores): per problem and mode, each label's best T at the fewest
   evaluations any of the runs made (read from each run's history), as a gap to the best known,
@@ -174,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
                     "schedule": r.schedule, "timed": not args.untimed,
                     "history": _improvements(r.history),
                 }
+                if "search_evaluations" in r.settings:  # searches side by side
+                    row["search_T"] = r.settings["search_times"]
+                    row["search_evaluations"] = r.settings["search_evaluations"]
                 if plans is not None:
                     path = plans / f"{name}__{mode}__{args.label}__{seed}.json"
                     r.plan.save(path)
@@ -306,6 +312,55 @@ def pairs(args: argparse.Namespace) -> int:
     return 0
 
 
+def best_of(args: argparse.Namespace) -> int:
+    """Runs made side by side as pairs (seed ``k`` beside seed ``k + offset``, one core each,
+    started together): per problem and mode, the pair's final T is the better run's, its
+    seconds to a target the earlier of the two runs' and its wall the longer run's."""
+    rows = _read(args.files, [args.label], None)
+    firsts = set(parse_seeds(args.seeds)) if args.seeds else None
+    runs: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["problem"], r["mode"], r["seed"])
+        if key in runs:
+            print(f"plan_speed.py best-of: two runs of {args.label!r} on {key[0]} {key[1]} "
+                  f"seed {key[2]}; expected one per seed", file=sys.stderr)
+            return 2
+        runs[key] = r
+    groups: dict[tuple[str, str], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for (p, mode, seed), r in sorted(runs.items()):
+        other = runs.get((p, mode, seed + args.offset))
+        if other is not None and (firsts is None or seed in firsts):
+            groups.setdefault((p, mode), []).append((r, other))
+    if not groups:
+        print(f"plan_speed.py best-of: no run of {args.label!r} has one at seed + "
+              f"{args.offset} beside it", file=sys.stderr)
+        return 2
+    book = BestKnown()
+    print("| problem | mode | run | pairs | s to 0.5 % | s to 0.1 % | final gap median / worst "
+          "| within 0.5 % | wall median / max | reference us/plan |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (p, mode), prs in sorted(groups.items(), key=lambda kv: _order(kv[0])):
+        best = book.value(p, mode, "capped")
+        if best is None:
+            continue
+        cells = []
+        for tol in TARGETS:
+            secs = []
+            for pair in prs:
+                hits = [h[1] for h in (_hit(r["history"], best * (1 + tol)) for r in pair) if h]
+                secs.append(min(hits) if hits else None)
+            cells.append(_fmt(secs, "s"))
+        gaps = sorted(100 * (min(a["T"], b["T"]) / best - 1) for a, b in prs)
+        within = sum(g <= 100 * TARGETS[0] for g in gaps)
+        walls = [max(a["wall"], b["wall"]) for a, b in prs]
+        seeds = ", ".join(f"{a['seed']}+{b['seed']}" for a, b in prs)
+        print(f"| {p} | {mode} | {args.label}, best of a pair | {len(prs)} ({seeds}) | "
+              f"{' | '.join(cells)} | {statistics.median(gaps):+.2f} % / {gaps[-1]:+.2f} % | "
+              f"{within}/{len(prs)} | {_num(statistics.median(walls), 's')} / "
+              f"{_num(max(walls), 's')} | {_reference([r for pr in prs for r in pr])} |")
+    return 0
+
+
 def best_at(history: list[list[float]], evaluations: float) -> float | None:
     """The best T of a run's history after ``evaluations`` (None: its first record is later)."""
     got = [best for ev, _secs, best in history if ev <= evaluations]
@@ -377,6 +432,17 @@ def _seeds_arg(text: str) -> str:
     return text
 
 
+def _positive(text: str) -> int:
+    """argparse ``type`` of ``--offset``: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return n
+
+
 def _reader(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
     """A sub-command that reads run files, with ``--seeds``."""
     c = sub.add_parser(name, help=help)
@@ -411,6 +477,12 @@ def main() -> int:
     p.add_argument("--base", required=True, help="the label compared against")
     p.add_argument("--other", required=True, help="the label compared")
     p.set_defaults(func=pairs)
+    o = _reader(sub, "best-of", "runs made side by side as pairs (seed k beside seed "
+                "k + --offset): the better run of each pair, per problem and mode")
+    o.add_argument("--label", required=True, help="the runs' label")
+    o.add_argument("--offset", type=_positive, default=10,
+                   help="seed k ran beside seed k + OFFSET (default: 10); --seeds picks k")
+    o.set_defaults(func=best_of)
     a = _reader(sub, "at-evaluations", "each label's gap to the best known at the fewest "
                 "evaluations any of the runs made, per problem and mode")
     a.add_argument("--label", action="append", required=True,

@@ -117,7 +117,8 @@ def test_a_bad_run_file_gets_one_line_and_exit_2(script, tmp_path, capsys, monke
     if content is not None:
         f.write_text(json.dumps(_row("a", 0, 1.0)) + "\n" + content)
     for argv in (["table", str(f)], ["pairs", str(f), "--base", "a", "--other", "b"],
-                 ["at-evaluations", str(f), "--label", "a"]):
+                 ["at-evaluations", str(f), "--label", "a"],
+                 ["best-of", str(f), "--label", "a"]):
         monkeypatch.setattr("sys.argv", ["plan_speed.py", *argv])
         assert script.main() == 2
         err = capsys.readouterr().err
@@ -143,3 +144,48 @@ def test_labels_with_no_runs_get_one_line_and_exit_2(script, tmp_path, capsys):
     args = argparse.Namespace(files=files, label=["x", "y"], seeds=None)
     assert script.at_evaluations(args) == 2
     assert capsys.readouterr().err == "plan_speed.py at-evaluations: no runs labelled 'x' or 'y'\n"
+
+
+def test_best_of_takes_the_better_run_of_each_pair_side_by_side(script, tmp_path, capsys):
+    from umpipe_bench.bench.best_known import BestKnown
+
+    best = BestKnown().value("sim-s2-b8-s0", "stash", "capped")
+
+    def run(seed, history, wall):
+        r = _row("side", seed, history[-1][2])
+        r.update(history=history, wall=wall, evaluations=history[-1][0])
+        return r
+
+    files = _write(tmp_path / "runs.jsonl", [
+        # pair 0 + 10: seed 10 reaches 0.5 % first (2 s against 5 s), seed 0 ends lower
+        run(0, [[10, 1.0, best * 1.02], [50, 5.0, best * 1.004], [90, 9.0, best]], 9.5),
+        run(10, [[10, 2.0, best * 1.003], [40, 8.0, best * 1.002]], 10.0),
+        # pair 1 + 11: neither within 0.5 %; the pair ends 1 % above
+        run(1, [[10, 1.0, best * 1.03], [40, 4.0, best * 1.01]], 6.0),
+        run(11, [[10, 1.0, best * 1.02]], 7.0),
+        run(2, [[10, 1.0, best]], 1.0),  # no seed 12 beside it: left out
+    ])
+    args = argparse.Namespace(files=files, label="side", offset=10, seeds=None)
+    assert script.best_of(args) == 0
+    [row] = _cells(capsys.readouterr().out, "sim-")
+    assert row[2:] == ["side, best of a pair", "2 (0+10, 1+11)", "- / -", "- / -",
+                       "+0.50 % / +1.00 %", "1/2", "8.5 / 10.0", "-"]
+    args.seeds = "0"
+    assert script.best_of(args) == 0
+    [row] = _cells(capsys.readouterr().out, "sim-")
+    assert row[3:7] == ["1 (0+10)", "2.0 / 2.0", "9.0 / 9.0", "+0.00 % / +0.00 %"]
+    args.offset = 5
+    assert script.best_of(args) == 2
+    assert capsys.readouterr().err == ("plan_speed.py best-of: no run of 'side' has one at "
+                                       "seed + 5 beside it\n")
+
+
+@pytest.mark.parametrize("offset", ["0", "-3", "x"])
+def test_best_of_refuses_an_offset_below_one(script, capsys, monkeypatch, offset):
+    monkeypatch.setattr("sys.argv", ["plan_speed.py", "best-of", "runs.jsonl", "--label", "a",
+                                     "--offset", offset])
+    with pytest.raises(SystemExit) as e:
+        script.main()
+    assert e.value.code == 2
+    assert f"argument --offset: expected an integer >= 1, got '{offset}'" in \
+        capsys.readouterr().err
