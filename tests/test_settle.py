@@ -2,7 +2,8 @@
 of the best plan so far, which starts with the pair descent (docs/SEARCH.md, "Stopping"; the
 kicks: tests/test_iterated.py). Known by construction: the stop rule on given round
 results, determinism per seed, the caps, and the pair descent's end being a local optimum of
-its moves (checked by trying them all)."""
+its moves (checked by trying them all). Every run here is one search (``searches=1``); searches
+side by side: tests/test_side_by_side.py."""
 
 from __future__ import annotations
 
@@ -73,15 +74,16 @@ def test_a_fixed_budget_string_never_settles():
 def test_default_run_settles_deterministically_within_its_cap(monkeypatch):
     monkeypatch.setattr(tidgap, "SETTLE", QUICK)
     budget = settle_budget(SMALL, QUICK)
-    a = tidgap.TiDGAP().plan(SMALL, mode="recompute", seed=3)
-    b = tidgap.TiDGAP().plan(SMALL, mode="recompute", seed=3)
+    a = tidgap.TiDGAP(searches=1).plan(SMALL, mode="recompute", seed=3)
+    b = tidgap.TiDGAP(searches=1).plan(SMALL, mode="recompute", seed=3)
     assert a.plan == b.plan and a.iteration_time == b.iteration_time
     assert a.evaluations == b.evaluations
     assert a.settings["restarts"] == "settle"
     assert budget.evaluations is not None and a.evaluations <= budget.evaluations
     # at least min_rounds rounds of 2,000, at most max_rounds with their polishes
     assert 2 * 2000 * 0.9 < a.evaluations <= 6 * (2000 + int(QUICK.polish_share * 2000))
-    fixed = tidgap.TiDGAP().plan(SMALL, mode="recompute", seed=3, budget="evals:3000")
+    fixed = tidgap.TiDGAP(searches=1).plan(SMALL, mode="recompute", seed=3,
+                                           budget="evals:3000")
     assert fixed.settings["restarts"] != "settle" and fixed.evaluations <= 3000
 
 
@@ -92,7 +94,9 @@ def test_plan_json_names_the_stop_rule(monkeypatch, capsys):
     assert main(["plan", "--problem", "sim-s4-b12-s3", "--json", "--no-progress"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["budget"].startswith("settle (at most evals:")
-    assert out["evaluations"] <= 6 * (2000 + int(QUICK.polish_share * 2000))
+    searches = out["settings"]["searches"]  # side by side: as many as the cores, at most 2
+    assert searches in (1, 2)
+    assert out["evaluations"] <= searches * 6 * (2000 + int(QUICK.polish_share * 2000))
 
 
 def test_a_run_the_cap_ends_says_so_and_a_run_the_rule_ends_does_not(monkeypatch, capsys):
@@ -103,15 +107,15 @@ def test_a_run_the_cap_ends_says_so_and_a_run_the_rule_ends_does_not(monkeypatch
     from umpipe_bench.cli import main
 
     monkeypatch.setattr(tidgap, "SETTLE", QUICK)
-    ended = tidgap.TiDGAP().plan(SMALL, mode="stash", seed=1)  # also compiles the kernels
+    ended = tidgap.TiDGAP(searches=1).plan(SMALL, mode="stash", seed=1)  # compiles the kernels
     assert ended.stopped is None
     slow = replace(QUICK, round_floor=10**9, seconds=2.0)  # a first round far past the cap
     monkeypatch.setattr(tidgap, "SETTLE", slow)
-    cut = tidgap.TiDGAP().plan(SMALL, mode="stash", seed=1)
+    cut = tidgap.TiDGAP(searches=1).plan(SMALL, mode="stash", seed=1)
     assert cut.stopped is not None
     assert cut.stopped.startswith("the default budget's 2 s cap ended the search after ")
     assert "evaluations and 0 whole rounds, before its stop rule held" in cut.stopped
-    fixed = tidgap.TiDGAP().plan(SMALL, mode="stash", seed=1, budget="secs:2")
+    fixed = tidgap.TiDGAP(searches=1).plan(SMALL, mode="stash", seed=1, budget="secs:2")
     assert fixed.stopped is None
     assert main(["plan", "--problem", "sim-s4-b12-s3", "--json", "--no-progress"]) == 0
     out, err = capsys.readouterr()
@@ -181,7 +185,7 @@ def test_the_progress_phase_names_the_descent_and_returns_to_the_search(monkeypa
 
     monkeypatch.setattr(clock_mod.RunClock, "tick", noted)
     monkeypatch.setattr(tidgap, "SETTLE", QUICK)
-    tidgap.TiDGAP().plan(SMALL, mode="stash", seed=1)
+    tidgap.TiDGAP(searches=1).plan(SMALL, mode="stash", seed=1)
     assert "the iterated descent" in seen
     runs = [p for i, p in enumerate(seen) if i == 0 or seen[i - 1] != p]
     # every initial population after the first is followed by the search again
@@ -312,8 +316,8 @@ def test_the_reach_and_polish_own_settings_reach_the_default_budget(monkeypatch)
     """TiDGAP's ``reach`` (default 1) is the pair descent's reach inside the default budget's
     iterated descent; ``polish_own`` (default true) reaches the rounds."""
     seen = _spy_descent(monkeypatch, 7, "reach")
-    tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
-    tidgap.TiDGAP(reach=3).plan(SMALL, mode="stash", seed=0)
+    tidgap.TiDGAP(searches=1).plan(SMALL, mode="stash", seed=0)
+    tidgap.TiDGAP(reach=3, searches=1).plan(SMALL, mode="stash", seed=0)
     assert seen and set(seen) == {1, 3}
     owns: list[bool] = []
     real_init = tidgap.SettlingRestarts.__init__
@@ -323,8 +327,8 @@ def test_the_reach_and_polish_own_settings_reach_the_default_budget(monkeypatch)
         real_init(self, *args, **kw)
 
     monkeypatch.setattr(tidgap.SettlingRestarts, "__init__", init)
-    tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
-    tidgap.TiDGAP(polish_own=False).plan(SMALL, mode="stash", seed=0)
+    tidgap.TiDGAP(searches=1).plan(SMALL, mode="stash", seed=0)
+    tidgap.TiDGAP(polish_own=False, searches=1).plan(SMALL, mode="stash", seed=0)
     assert owns == [True, False]
     with pytest.raises(PlannerError, match="reach"):
         tidgap.TiDGAP(reach=0)
@@ -347,10 +351,10 @@ def test_the_run_goes_on_while_a_fresh_round_ends_far_from_the_best():
 def test_the_columns_setting_reaches_the_default_budget(monkeypatch):
     """TiDGAP's ``columns`` (default true) is the iterated descent's ``columns``."""
     seen = _spy_descent(monkeypatch, 8, "columns")
-    tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
+    tidgap.TiDGAP(searches=1).plan(SMALL, mode="stash", seed=0)
     assert seen and set(seen) == {True}
     seen.clear()
-    tidgap.TiDGAP(columns=False).plan(SMALL, mode="stash", seed=0)
+    tidgap.TiDGAP(columns=False, searches=1).plan(SMALL, mode="stash", seed=0)
     assert seen and set(seen) == {False}
 
 
@@ -358,16 +362,16 @@ def test_the_hub_setting_reaches_the_default_budget(monkeypatch):
     """TiDGAP's ``hub`` is the iterated descent's ``hub``: ``auto`` gives 0.25 in both modes
     (HUB_AUTO), a number is passed as it is, anything outside [0, 1] is refused."""
     seen = _spy_descent(monkeypatch, 9, "hub")
-    tidgap.TiDGAP().plan(SMALL, mode="stash", seed=0)
+    tidgap.TiDGAP(searches=1).plan(SMALL, mode="stash", seed=0)
     assert seen and set(seen) == {0.25}
     seen.clear()
-    tidgap.TiDGAP().plan(SMALL, mode="recompute", seed=0)
+    tidgap.TiDGAP(searches=1).plan(SMALL, mode="recompute", seed=0)
     assert seen and set(seen) == {0.25}
     seen.clear()
-    tidgap.TiDGAP(hub=0).plan(SMALL, mode="recompute", seed=0)
+    tidgap.TiDGAP(hub=0, searches=1).plan(SMALL, mode="recompute", seed=0)
     assert seen and set(seen) == {0.0}
     seen.clear()
-    tidgap.TiDGAP(hub=0.5).plan(SMALL, mode="recompute", seed=0)
+    tidgap.TiDGAP(hub=0.5, searches=1).plan(SMALL, mode="recompute", seed=0)
     assert seen and set(seen) == {0.5}
     with pytest.raises(PlannerError, match="hub"):
         tidgap.TiDGAP(hub=1.5)

@@ -13,10 +13,10 @@ from ...problem import Problem
 from ..search.base import Budget
 from ..search.settings import auto_or
 
-__all__ = ["BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "HUB_AUTO", "ISLAND_FLOOR",
-           "MAX_RESTARTS", "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT", "SETTLE", "Settle",
-           "auto_restarts", "default_evaluations", "parse_restarts", "parse_revive",
-           "settle_budget", "settle_round", "settle_text"]
+__all__ = ["AUTO_SEARCHES", "BUDGET_CAP", "BUDGET_PER_BIT", "BUDGET_WORK", "HUB_AUTO",
+           "ISLAND_FLOOR", "MAX_RESTARTS", "REVIVE_AUTO", "ROUND_FLOOR", "ROUND_PER_BIT",
+           "SETTLE", "Settle", "auto_restarts", "default_evaluations", "parse_restarts",
+           "parse_revive", "settle_budget", "settle_round", "settle_text"]
 
 #: TiDGAP's default budget (:func:`default_evaluations`): the larger of ``BUDGET_PER_BIT``
 #: evaluations per cut bit (``12*S*(B-1)``: 785,664 at S = 64, B = 1024, where, with the stage
@@ -61,6 +61,13 @@ REVIVE_AUTO = {"stash": 0.15, "recompute": 0.0}
 #: ended within 0.5 % of the best known in both modes (80 of 80 each, seeds 0-9), with the
 #: same or fewer evaluations to get there at the median (seeds 0-4, against none).
 HUB_AUTO = {"stash": 0.25, "recompute": 0.25}
+
+#: The most searches the default budget runs side by side (setting ``searches``, ``auto``: as
+#: many as the process's cores, at most this; :mod:`..search.side_by_side`). On the problems
+#: whose runs the 60 s cap ends a search on one core makes about the evaluations, and reaches
+#: the plan, of one on two (results/perf/plan-speed.md, "Searches side by side"); the second
+#: core then buys a second basin.
+AUTO_SEARCHES = 2
 
 
 def parse_revive(planner: str, value: Any) -> float | str:

@@ -101,7 +101,7 @@ import numpy as np
 from ...problem import Problem
 from ..evaluation.evaluator import BACKENDS
 from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
-from ..search.base import Budget, PlannerError
+from ..search.base import Budget, PlannerError, PlanResult
 from ..search.caps import memory_cap_limits
 from ..search.ga import (
     GA_DEFAULTS,
@@ -110,14 +110,17 @@ from ..search.ga import (
     check_schedule_setting,
     ga_population,
 )
+from ..search.history import History
 from ..search.loop import SearchAlgorithm, SearchPlanner
 from ..search.restarts import RestartEngine
 from ..search.settings import Setting
 from ..search.settle import SettlingRestarts
-from ..search.threads import apply_threads
+from ..search.side_by_side import run_side_by_side
+from ..search.threads import apply_threads, usable_cores
 from ._tidgap_engine import TiDGAPEngine
 from ._tidgap_islands import IslandEngine
 from ._tidgap_settings import (
+    AUTO_SEARCHES,
     BUDGET_CAP,
     BUDGET_PER_BIT,
     BUDGET_WORK,
@@ -197,8 +200,12 @@ SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=
     Setting("device", str, "", "torch backend: the device, e.g. cuda"),
     Setting("threads", int, "auto", "numba backend: the population split over this many "
             "threads; auto: 2 for a call whose work N*S*B is at least 100000 (the schedule "
-            "family: 16000), else 1",
+            "family: 16000), else 1 (with searches above 1: 1 in each search)",
             low=1, auto=True),
+    Setting("searches", int, "auto", "default budget (no --budget): independent searches "
+            "run side by side, one thread each, from seeds derived from --seed (the first: "
+            "the seed itself); the plan is the fastest one's; auto: as many as the cores this "
+            f"process may use, at most {AUTO_SEARCHES}; with --budget: 1", low=1, auto=True),
 ).plus(*SCHEDULE_SETTINGS.rows.values())
 
 
@@ -229,6 +236,35 @@ class TiDGAP(SearchPlanner):
         s = check_ga_settings(self.name, settings)
         check_schedule_setting(self.name, s)
         return s
+
+    def searches(self, budget: Budget) -> int:
+        """How many searches run side by side under ``budget`` (setting ``searches``)."""
+        k = self.config.get("searches", "auto")
+        if k == "auto":
+            return min(AUTO_SEARCHES, usable_cores()) if budget.settle else 1
+        if int(k) > 1 and not budget.settle:
+            raise PlannerError(f"{self.name} setting 'searches': searches side by side run "
+                               f"under the default budget only (no --budget); got {k} with "
+                               f"the budget {budget}")
+        return int(k)
+
+    def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
+              progress: bool) -> PlanResult:
+        k = self.searches(budget)
+        if k <= 1:
+            res = super()._plan(problem, mode=mode, budget=budget, seed=seed,
+                                progress=progress)
+            res.settings["searches"] = 1
+            return res
+        one = {**self.settings, "searches": 1}
+        if self.config["threads"] == "auto":
+            one["threads"] = 1
+        return run_side_by_side(lambda: type(self)(**one), k, problem, mode, budget, seed)
+
+    def finish(self, history: History, algo: SearchAlgorithm) -> None:
+        """Note the default budget's whole rounds (the side-by-side note reads them)."""
+        if isinstance(algo, SettlingRestarts):
+            history.extra["rounds"] = len(algo.round_best)
 
     def make_objective(self, problem: Problem, mode: str, settings: dict[str, Any]
                        ) -> Objective:

@@ -21,7 +21,8 @@ from typing import Any
 from ..evaluation.family import FamilyEvaluator
 from .settings import auto_or
 
-__all__ = ["AUTO_THREADS", "AUTO_WORK", "FAMILY_AUTO_WORK", "apply_threads", "parse_threads"]
+__all__ = ["AUTO_THREADS", "AUTO_WORK", "FAMILY_AUTO_WORK", "apply_threads", "parse_threads",
+           "usable_cores"]
 
 #: Work ``N*S*B`` of one GPipe-evaluator call from which ``auto`` splits it over threads.
 AUTO_WORK = 100_000
@@ -29,6 +30,15 @@ AUTO_WORK = 100_000
 FAMILY_AUTO_WORK = 16_000
 #: Threads ``auto`` uses for a big call (at most the machine's cores).
 AUTO_THREADS = 2
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. under ``taskset``; else the
+    machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def parse_threads(planner: str, value: Any) -> int | str:
