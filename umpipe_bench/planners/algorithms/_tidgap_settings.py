@@ -64,9 +64,10 @@ HUB_AUTO = {"stash": 0.25, "recompute": 0.25}
 
 #: The most searches the default budget runs side by side (setting ``searches``, ``auto``: as
 #: many as the process's cores, at most this; :mod:`..search.side_by_side`). On the problems
-#: whose runs the 60 s cap ends a search on one core makes about the evaluations, and reaches
-#: the plan, of one on two (results/perf/plan-speed.md, "Searches side by side"); the second
-#: core then buys a second basin.
+#: whose runs the 60 s cap ends a search on one core made 0.75-1.18 times the evaluations of
+#: one on both (median per problem and mode, seeds 0-4), the same plans at equal evaluations;
+#: the second core buys a second basin instead (results/perf/plan-speed.md, "Searches side by
+#: side").
 AUTO_SEARCHES = 2
 
 

@@ -83,7 +83,7 @@ def run_side_by_side(make: Any, k: int, problem: Problem, mode: str, budget: Bud
     results: list[PlanResult | None] = [None] * k
     errors: list[BaseException | None] = [None] * k
     # waited on instead of Thread.join: a join that a signal interrupts can leave the thread
-    # looking finished while it still runs (CPython issue 90882)
+    # looking finished while it still runs (a known CPython fault)
     ended = [threading.Event() for _ in range(k)]
 
     def work(i: int) -> None:
