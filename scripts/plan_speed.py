@@ -231,9 +231,18 @@ def _num(x: float, unit: str) -> str:
     return f"{x / 1000:.0f}k" if x >= 10000 else f"{x:.0f}"
 
 
+def _with_best(groups: dict[Any, Any]) -> Any:
+    """``(key, items, best known T)`` of each group keyed ``(problem, mode, ...)``, in the
+    benchmark's problem order; groups whose problem has no best known (capped) plan skipped."""
+    book = BestKnown()
+    for key, items in sorted(groups.items(), key=lambda kv: _order(kv[0])):
+        best = book.value(key[0], key[1], "capped")
+        if best is not None:
+            yield key, items, best
+
+
 def table(args: argparse.Namespace) -> int:
     rows = _read(args.files, None, getattr(args, "seeds", None))
-    book = BestKnown()
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["problem"], r["mode"], r["label"]), []).append(r)
@@ -241,10 +250,7 @@ def table(args: argparse.Namespace) -> int:
           "evals to 0.1 % | final gap median / worst | within 0.5 % | wall median / max | "
           "reference us/plan |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for (p, mode, label), rs in sorted(groups.items(), key=lambda kv: _order(kv[0])):
-        best = book.value(p, mode, "capped")
-        if best is None:
-            continue
+    for (p, mode, label), rs, best in _with_best(groups):
         cells = []
         timed = all(r.get("timed", True) for r in rs)
         for tol in TARGETS:
@@ -335,14 +341,10 @@ def best_of(args: argparse.Namespace) -> int:
         print(f"plan_speed.py best-of: no run of {args.label!r} has one at seed + "
               f"{args.offset} beside it", file=sys.stderr)
         return 2
-    book = BestKnown()
     print("| problem | mode | run | pairs | s to 0.5 % | s to 0.1 % | final gap median / worst "
           "| within 0.5 % | wall median / max | reference us/plan |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for (p, mode), prs in sorted(groups.items(), key=lambda kv: _order(kv[0])):
-        best = book.value(p, mode, "capped")
-        if best is None:
-            continue
+    for (p, mode), prs, best in _with_best(groups):
         cells = []
         for tol in TARGETS:
             secs = []
@@ -375,17 +377,13 @@ def at_evaluations(args: argparse.Namespace) -> int:
         print(f"plan_speed.py at-evaluations: no runs labelled "
               f"{' or '.join(map(repr, labels))}", file=sys.stderr)
         return 2
-    book = BestKnown()
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["problem"], r["mode"]), []).append(r)
     print("| problem | mode | run | seeds | evaluations min / median / max | at evaluations | "
           "gap there median / worst |")
     print("|---|---|---|---|---|---|---|")
-    for (p, mode), rs in sorted(groups.items(), key=lambda kv: _order(kv[0])):
-        best = book.value(p, mode, "capped")
-        if best is None:
-            continue
+    for (p, mode), rs, best in _with_best(groups):
         at = min(r["evaluations"] for r in rs)
         for label in labels:
             mine = [r for r in rs if r["label"] == label]
