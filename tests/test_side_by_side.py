@@ -95,7 +95,16 @@ def test_the_cap_note_names_the_searches(monkeypatch):
     assert f"after {cut.evaluations:,} evaluations" in cut.stopped
 
 
-def test_a_signal_stops_every_search_and_leaves_no_thread(monkeypatch):
+@pytest.fixture
+def python_sigint():
+    """SIGINT raises KeyboardInterrupt while the test runs (an earlier test of the session may
+    have left the operating system's default there, which kills the process)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_signal_stops_every_search_and_leaves_no_thread(monkeypatch, python_sigint):
     monkeypatch.setattr(tidgap, "SETTLE", replace(QUICK, round_floor=10**9, seconds=60.0))
     tidgap.TiDGAP(searches=1).plan(SMALL, mode="stash", seed=1, budget="evals:3000")  # compile
     before = threading.active_count()
