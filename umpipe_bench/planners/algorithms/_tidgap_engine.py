@@ -16,7 +16,13 @@ from ...problem import Problem
 from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from ..search.caps import clamp_caps, memory_cap_limits, random_caps
 from ..search.loop import Evaluate, SearchAlgorithm
-from ..search.seeding import Seeds, add_family_seeds, initial_population, seed_plans
+from ..search.seeding import (
+    Seeds,
+    add_family_seeds,
+    add_start_seed,
+    initial_population,
+    seed_plans,
+)
 from .descent import add_descent_seed, descent_allowance
 
 __all__ = ["TiDGAPEngine"]
@@ -36,6 +42,9 @@ class TiDGAPEngine(SearchAlgorithm):
         self.S, self.B = problem.S, problem.B
         self.L = self.S * (self.B - 1)
         self.P = population
+        #: One more seed plan (a :class:`~umpipe_bench.plan.Plan`, e.g. a coarse start,
+        #: :mod:`..search.coarse`), evaluated with the family's seeds; None: none.
+        self.start: Any = None
         self.elites = int(settings["elites"])
         self.rng = np.random.default_rng(seed)
         self.objective = objective or CutBitsObjective(
@@ -142,6 +151,8 @@ class TiDGAPEngine(SearchAlgorithm):
                            int(s["edp_seeds"]), bool(s["greedy_seeds"]), edp_ranges=True)
         if self.family:
             seeds = add_family_seeds(self.problem, self.mode, seeds, evaluate)
+            if self.start is not None:
+                seeds = add_start_seed(self.problem, seeds, self.start, "coarse", evaluate)
         allowance = descent_allowance(self.problem, self.mode, s, self.budget_evaluations)
         if allowance != 0 and len(seeds.labels):
             clock.phase = "the stage descent"

@@ -98,11 +98,13 @@ from typing import Any
 
 import numpy as np
 
+from ...plan import Plan
 from ...problem import Problem
 from ..evaluation.evaluator import BACKENDS
 from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from ..search.base import Budget, PlannerError, PlanResult
 from ..search.caps import memory_cap_limits
+from ..search.coarse import COARSE_MIN_B, coarse_result, run_coarse
 from ..search.ga import (
     GA_DEFAULTS,
     SCHEDULE_SETTINGS,
@@ -111,7 +113,7 @@ from ..search.ga import (
     ga_population,
 )
 from ..search.history import History
-from ..search.loop import SearchAlgorithm, SearchPlanner
+from ..search.loop import SearchAlgorithm, SearchPlanner, never_worse_than_edp
 from ..search.restarts import RestartEngine
 from ..search.settings import Setting
 from ..search.settle import SettlingRestarts
@@ -202,6 +204,11 @@ SETTINGS = GA_DEFAULTS.with_defaults(population=1024, flip_rate=1.0, shift_rate=
             "threads; auto: 2 for a call whose work N*S*B is at least 100000 (the schedule "
             "family: 16000), else 1 (with searches above 1: 1 in each search)",
             low=1, auto=True),
+    Setting("coarse", bool, "auto", "default budget (no --budget): the search first plans "
+            "the problem with its samples merged in pairs (for at most a quarter of the "
+            "time cap) and starts from that plan doubled; auto: every search but the first "
+            f"of those side by side, on problems of at least {COARSE_MIN_B} samples",
+            auto=True),
     Setting("searches", int, "auto", "default budget (no --budget): independent searches "
             "run side by side, one thread each, from seeds derived from --seed (the first: "
             "the seed itself); the plan is the fastest one's; auto: as many as the cores this "
@@ -248,18 +255,64 @@ class TiDGAP(SearchPlanner):
                                f"the budget {budget}")
         return int(k)
 
+    #: A plan the search starts from besides its seed plans (:meth:`_plan` with a coarse
+    #: start sets it).
+    _start: Plan | None = None
+
+    def coarse(self, problem: Problem, budget: Budget, search: int = 0) -> bool:
+        """Whether search ``search`` (of those side by side) starts coarse (setting
+        ``coarse``): under the default budget only; ``auto``: every search but the first,
+        on problems of at least :data:`COARSE_MIN_B` samples."""
+        c = self.config.get("coarse", "auto")
+        if not budget.settle or problem.B < 2:
+            return False
+        if c == "auto":
+            return search >= 1 and problem.B >= COARSE_MIN_B
+        return bool(c)
+
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
               progress: bool) -> PlanResult:
         k = self.searches(budget)
         if k <= 1:
+            if self.coarse(problem, budget):
+                return self._coarse_plan(problem, mode, budget, seed, progress)
             res = super()._plan(problem, mode=mode, budget=budget, seed=seed,
                                 progress=progress)
-            res.settings["searches"] = 1
+            res.settings["searches"], res.settings["coarse"] = 1, False
             return res
         one = {**self.settings, "searches": 1}
         if self.config["threads"] == "auto":
             one["threads"] = 1
-        return run_side_by_side(lambda: type(self)(**one), k, problem, mode, budget, seed)
+
+        def make(i: int) -> TiDGAP:
+            return type(self)(**one, coarse=self.coarse(problem, budget, i))
+
+        return run_side_by_side(make, k, problem, mode, budget, seed)
+
+    def _coarse_plan(self, problem: Problem, mode: str, budget: Budget, seed: int | None,
+                     progress: bool) -> PlanResult:
+        """The coarse search (:func:`..search.coarse.run_coarse`), then this problem's search
+        with its plan as one more seed plan."""
+        plain = {**self.settings, "searches": 1, "coarse": False}
+        first = run_coarse(lambda: type(self)(**plain), problem, mode, budget, seed)
+        if first.interrupted is not None:  # a signal in the coarse search: its plan
+            from ...simulator import simulate
+
+            schedule = "gpipe" if first.plan.caps is None else "capped"
+            tl = simulate(problem, first.plan, schedule)
+            T = np.inf if tl.fits_memory is False else tl.iteration_time
+            first.plan, first.schedule, first.iteration_time = never_worse_than_edp(
+                problem, mode, first.plan, schedule, T)
+            first.settings = {**first.settings, "searches": 1, "coarse": True}
+            return first
+        self._start = first.plan
+        try:
+            res = super()._plan(problem, mode=mode, budget=budget, seed=seed,
+                                progress=progress)
+        finally:
+            self._start = None
+        res.settings["searches"] = 1
+        return coarse_result(first, res)
 
     def finish(self, history: History, algo: SearchAlgorithm) -> None:
         """Note the default budget's whole rounds (the side-by-side note reads them)."""
@@ -345,6 +398,10 @@ class TiDGAP(SearchPlanner):
                           descent_allowance(problem, mode, settings, budget.evaluations) or 0)
         K = int(settings["islands"])
         if K > 1 and P // K >= ISLAND_FLOOR:
-            return IslandEngine(problem, mode, settings, P, seed, objective, budget, K,
-                                float(settings["race"]))
-        return TiDGAPEngine(problem, mode, settings, P, seed, objective, budget.evaluations)
+            engine = IslandEngine(problem, mode, settings, P, seed, objective, budget, K,
+                                  float(settings["race"]))
+            engine.islands[0].start = self._start  # the first island makes the seeds
+            return engine
+        one = TiDGAPEngine(problem, mode, settings, P, seed, objective, budget.evaluations)
+        one.start = self._start
+        return one

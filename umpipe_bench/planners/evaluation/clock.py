@@ -36,6 +36,7 @@ give the same plans as ever.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,6 +92,9 @@ class RunClock:
         self.progress, self._desc = progress, desc
         self._budget_evals, self._budget_gens = evaluations, generations
         self._bar: Any = None
+        self._lock = threading.Lock()
+        self._signalled = False  # stop("interrupted") was called
+        self._base = 0  # evaluations of the phases before (until())
         self._shown = 0.0
         self._last = 0.0
 
@@ -111,7 +115,9 @@ class RunClock:
         the search loop catches it)."""
         self.tick()
         if self.stopped is None and time.perf_counter() + need >= self.end:
-            self.stopped = "time"
+            with self._lock:
+                if self.stopped is None:
+                    self.stopped = "time"
         if self.stopped is not None:
             budget = "" if self.seconds is None else f" secs:{self.seconds:g}"
             raise TimeUp(f"the time budget{budget} ended during {self.phase}")
@@ -128,18 +134,39 @@ class RunClock:
         finally:
             self.end = end
 
+    @contextmanager
+    def until(self, seconds: float | None) -> Iterator[RunClock]:
+        """Within the block, the deadline is at most ``seconds`` from now (None: as it is):
+        a phase of the run that ends on its own deadline, after which the run goes on. When
+        that deadline ends the phase, the clock runs again after the block (a :meth:`stop`
+        for a signal meanwhile stays); the evaluations the phase noted count on (the next
+        phase's :meth:`tick` adds to them)."""
+        end = self.end
+        if seconds is not None:
+            self.end = min(end, time.perf_counter() + seconds)
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self.end = end
+                if self.stopped == "time" and time.perf_counter() < end:
+                    self.stopped = "interrupted" if self._signalled else None
+            self._base = self.evaluations
+
     def stop(self, why: str) -> None:
         """Mark the run as ended (``"time"``, ``"interrupted"``): from now on every phase
         that checks the clock does no new work."""
-        if self.stopped is None:
-            self.stopped = why
+        with self._lock:
+            if self.stopped is None:
+                self.stopped = why
+            self._signalled = self._signalled or why == "interrupted"
 
     # --------------------------------------------------------------------- progress
     def tick(self, evaluations: int | None = None, best: float | None = None) -> None:
         """Note progress (evaluations so far, best T so far) and move the bar, at most
         every :data:`PROGRESS_EVERY` seconds."""
         if evaluations is not None:
-            self.evaluations = evaluations
+            self.evaluations = self._base + evaluations
         if best is not None and best < self.best:
             self.best = best
         if not self.progress:

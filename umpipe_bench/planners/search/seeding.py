@@ -19,7 +19,7 @@ from ...problem import Problem
 from ..algorithms.greedy import greedy_dp_plan, local_greedy_plan
 from ..evaluation.encoding import edp_bits, plan_to_bits, random_bits
 
-__all__ = ["EDP_BLOCK_BYTES", "GREEDY_SHARE", "Seeds", "add_family_seeds",
+__all__ = ["EDP_BLOCK_BYTES", "GREEDY_SHARE", "Seeds", "add_family_seeds", "add_start_seed",
            "initial_population", "seed_plans", "seeding_evaluations"]
 
 
@@ -165,3 +165,26 @@ def add_family_seeds(problem: Problem, mode: str, seeds: Seeds,
     return Seeds(fbits=np.stack(fb)[order], bbits=np.stack(bb)[order],
                  times=np.array(times)[order], labels=[labels[i] for i in order],
                  evaluations=seeds.evaluations + len(extra), caps=caps[order])
+
+
+def add_start_seed(problem: Problem, seeds: Seeds, plan: Any, label: str,
+                   evaluate: Callable[[Any], np.ndarray]) -> Seeds:
+    """``seeds`` (the schedule family's, with caps) and one more plan, e.g. a coarse start
+    (:mod:`.coarse`), evaluated (one counted evaluation), all sorted best first. A plan
+    without caps runs uncapped (caps of ``B``)."""
+    from ..evaluation.objective import Genomes
+
+    S, B = problem.S, problem.B
+    fb, bb = plan_to_bits(plan)
+    caps = np.full((1, S), B, np.int64) if plan.caps is None else np.array([plan.caps],
+                                                                          np.int64)
+    t = float(evaluate(Genomes(fb[None], bb[None], caps))[0])
+    times = np.append(seeds.times, t)
+    order = np.argsort(times, kind="stable")
+    base = (np.full((len(seeds.labels), S), B, np.int64) if seeds.caps is None
+            else seeds.caps)
+    return Seeds(fbits=np.concatenate([seeds.fbits, fb[None]])[order],
+                 bbits=np.concatenate([seeds.bbits, bb[None]])[order], times=times[order],
+                 labels=[[*seeds.labels, label][i] for i in order],
+                 evaluations=seeds.evaluations + 1,
+                 caps=np.concatenate([base, caps])[order])

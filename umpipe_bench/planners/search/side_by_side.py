@@ -69,7 +69,7 @@ def _clock_like(parent: RunClock) -> RunClock:
 
 def run_side_by_side(make: Any, k: int, problem: Problem, mode: str, budget: Budget,
                      seed: int | None) -> PlanResult:
-    """``k`` searches in threads, ``make()`` building each one's planner; the result of the
+    """``k`` searches in threads, ``make(i)`` building search ``i``'s planner; the result of the
     fastest plan (the first of equal ones), with the evaluations of all, their history merged
     (:func:`merge_histories`) and one note if the cap or a signal ended any.
 
@@ -89,8 +89,8 @@ def run_side_by_side(make: Any, k: int, problem: Problem, mode: str, budget: Bud
     def work(i: int) -> None:
         try:
             with running(clocks[i]):
-                results[i] = make()._plan(problem, mode=mode, budget=budget, seed=seeds[i],
-                                          progress=False)
+                results[i] = make(i)._plan(problem, mode=mode, budget=budget,
+                                           seed=seeds[i], progress=False)
         except BaseException as exc:  # handed to the calling thread
             errors[i] = exc
             for c in clocks:  # the others stop too: the run fails as one
@@ -123,7 +123,8 @@ def run_side_by_side(make: Any, k: int, problem: Problem, mode: str, budget: Bud
     res = done[i]
     note = _note(done, budget, interrupted)  # before res (one of done) takes the totals
     each = {"search_times": [r.iteration_time for r in done],
-            "search_evaluations": [r.evaluations for r in done]}
+            "search_evaluations": [r.evaluations for r in done],
+            "search_coarse": [bool(r.settings.get("coarse", False)) for r in done]}
     res.evaluations = sum(each["search_evaluations"])
     res.history = merge_histories([r.history for r in done])
     res.settings = {**res.settings, "searches": k, "search_seeds": seeds, "best_search": i,
