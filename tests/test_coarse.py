@@ -93,6 +93,8 @@ def test_a_coarse_start_is_a_seed_plan_and_never_slower_than_it(monkeypatch):
         assert seen[0].times[at] == s["coarse_time"]  # B even: the same T, to the bit
         assert res.iteration_time <= s["coarse_time"]
         assert 0 < s["coarse_evaluations"] < res.evaluations == res.history[-1].evaluations
+        gens = [r.generation for r in res.history]
+        assert gens == sorted(gens)
         ev = [r.evaluations for r in res.history]
         best = [r.best for r in res.history]
         assert ev == sorted(ev) and best == sorted(best, reverse=True)
@@ -141,3 +143,13 @@ def test_a_signal_in_the_coarse_search_returns_its_plan_doubled(monkeypatch, pyt
     assert res.plan.B == 32 and res.plan.meta["interrupted"] == "SIGINT"
     tl = simulate(p, res.plan, res.schedule)
     assert tl.iteration_time == res.iteration_time
+
+
+def test_the_setting_given_reaches_every_search_side_by_side(monkeypatch):
+    monkeypatch.setattr(tidgap, "SETTLE", QUICK)
+    p = synthetic_problem(3, 32, 4)
+    for given, each in ((False, [False, False]), (True, [True, True]), ("auto", [False, True])):
+        res = tidgap.TiDGAP(searches=2, coarse=given).plan(p, mode="stash", seed=1)
+        assert res.settings["search_coarse"] == each
+        times = res.settings["search_coarse_times"]
+        assert [t is not None for t in times] == each

@@ -128,3 +128,17 @@ def test_a_signal_stops_every_search_and_leaves_no_thread(monkeypatch, python_si
             tidgap.TiDGAP(searches=2).plan(SMALL, mode="stash", seed=1)
         finally:
             timer.join()
+
+
+def test_a_merged_history_keeps_the_first_last_improving_and_one_per_window():
+    import numpy as np
+
+    from umpipe_bench.planners.search.side_by_side import THIN_SECONDS, thinned
+
+    t = np.array([0.0, 0.01, 0.02, 0.03, THIN_SECONDS + 0.001, THIN_SECONDS + 0.002, 0.2])
+    best = np.array([5.0, 5.0, 4.0, 4.0, 4.0, 4.0, 4.0])
+    h = thinned(np.arange(7), np.arange(7) * 10, t, best)
+    # kept: the first, an improvement (2), a new window (4), the last (6)
+    assert [r.evaluations for r in h] == [0, 20, 40, 60]
+    assert [r.best for r in h] == [5.0, 4.0, 4.0, 4.0]
+    assert len(thinned(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0))) == 0

@@ -71,7 +71,7 @@ class _Ev:
 
 def test_auto_splits_a_call_exactly_from_the_work_threshold(monkeypatch):
     """``auto``: 2 threads for a call of N rows exactly when N*S*B >= AUTO_WORK."""
-    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
     S, B = 16, 32
     ev = _Ev()
     apply_threads(ev, "auto", S, B)
@@ -91,7 +91,7 @@ def test_auto_splits_a_call_exactly_from_the_work_threshold(monkeypatch):
 def test_tidgap_auto_splits_each_evaluator_from_its_own_threshold(monkeypatch, schedule, work):
     """TiDGAP's objective: the schedule family's evaluator splits a call from
     FAMILY_AUTO_WORK on (its plans cost more each), the GPipe evaluator from AUTO_WORK."""
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     p = synthetic_problem(8, 64, 0)
     planner = TiDGAP(schedule=schedule, backend="numba")
     settings = planner.check_settings(dict(planner.config))
@@ -104,9 +104,25 @@ def test_tidgap_auto_splits_each_evaluator_from_its_own_threshold(monkeypatch, s
 
 def test_auto_uses_one_thread_on_one_core(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 1)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
     ev = _Ev()
     apply_threads(ev, "auto", 64, 1024)
     assert ev.threads == 1
+
+
+def test_auto_counts_the_cores_the_process_may_use_not_the_machines(monkeypatch):
+    """Under ``taskset -c 0`` on a machine of 8 cores every ``auto`` thread count is 1: the
+    evaluators' and the EDP reference scans'."""
+    from umpipe_bench.planners.evaluation import reference
+
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    ev = _Ev()
+    apply_threads(ev, "auto", 64, 1024)
+    assert ev.threads == 1 and reference._threads() == 1
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 3, 5})
+    apply_threads(ev, "auto", 64, 1024)
+    assert ev.threads == 2 and reference._threads() == 2
 
 
 def test_tidgap_threads_setting_checked_at_construction_and_results_do_not_depend_on_it():

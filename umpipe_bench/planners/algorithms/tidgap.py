@@ -285,7 +285,7 @@ class TiDGAP(SearchPlanner):
             one["threads"] = 1
 
         def make(i: int) -> TiDGAP:
-            return type(self)(**one, coarse=self.coarse(problem, budget, i))
+            return type(self)(**{**one, "coarse": self.coarse(problem, budget, i)})
 
         return run_side_by_side(make, k, problem, mode, budget, seed)
 

@@ -30,7 +30,7 @@ import numpy as np
 from ...memory import MemoryCapError, format_bytes
 from ...plan import MODES
 from ...problem import Problem
-from .clock import chunk_rows, current
+from .clock import chunk_rows, current, usable_cores
 from .family import FamilyEvaluator
 
 __all__ = ["EdpBaseline", "EdpReference", "EdpScan", "best_edp", "clear_cache", "edp_points",
@@ -165,9 +165,7 @@ _THREAD_WORK = 100_000
 
 
 def _threads() -> int:
-    import os
-
-    return max(1, min(2, os.cpu_count() or 1))
+    return max(1, min(2, usable_cores()))
 
 
 def edp_times(problem: Problem, mode: str = "stash", schedule: str = "gpipe",

@@ -104,16 +104,18 @@ def coarse_result(coarse: PlanResult, fine: PlanResult) -> PlanResult:
     """``fine`` (the search started from ``coarse``'s plan) with the coarse search's
     evaluations and history before its own, and what the coarse search did in its
     settings (``coarse_time``, ``coarse_evaluations``, ``coarse_seconds``)."""
-    from .history import History
+    from .side_by_side import thinned
 
     done = coarse.evaluations
-    hist = History()
-    for r in coarse.history or ():
-        hist.append(r.generation, r.evaluations, r.wall_time, r.best)
-    best = min((r.best for r in hist), default=float("inf"))
-    for r in fine.history or ():
-        best = min(best, r.best)
-        hist.append(r.generation, done + r.evaluations, r.wall_time, best)
+    one, two = list(coarse.history or ()), list(fine.history or ())
+    g0 = one[-1].generation if one else 0
+
+    def col(name: str, shift: float = 0) -> np.ndarray:
+        return np.array([getattr(r, name) for r in one]
+                        + [getattr(r, name) + shift for r in two])
+
+    hist = thinned(col("generation", g0), col("evaluations", done), col("wall_time"),
+                   np.minimum.accumulate(col("best").astype(np.float64)))
     if fine.history is not None:
         hist.extra.update(fine.history.extra)
     fine.history = hist

@@ -24,13 +24,13 @@ import numpy as np
 
 from ..evaluation.clock import RunClock, running
 from ..evaluation.clock import current as current_clock
-from .history import History
+from .history import History, Record
 
 if TYPE_CHECKING:
     from ...problem import Problem
     from .base import Budget, PlanResult
 
-__all__ = ["merge_histories", "run_side_by_side", "search_seeds"]
+__all__ = ["THIN_SECONDS", "merge_histories", "run_side_by_side", "search_seeds", "thinned"]
 
 
 def search_seeds(seed: int | None, k: int) -> list[int | None]:
@@ -43,19 +43,47 @@ def search_seeds(seed: int | None, k: int) -> list[int | None]:
 
 
 def merge_histories(histories: list[History]) -> History:
-    """One history of searches that ran at the same time: at each record of any of them, the
-    evaluations of all so far (each one's last record) and the best T of all so far."""
-    events = sorted(((r.wall_time, i, r) for i, h in enumerate(histories) for r in h),
-                    key=lambda e: (e[0], e[1]))
-    evals = [0] * len(histories)
-    gens = [0] * len(histories)
-    best = [float("inf")] * len(histories)
-    out = History()
-    for t, i, r in events:
-        evals[i], gens[i], best[i] = r.evaluations, r.generation, min(best[i], r.best)
-        out.append(sum(gens), sum(evals), t, min(best))
+    """One history of searches that ran at the same time: at each record of any of them (in
+    time order, ties by search), the evaluations of all so far (each one's last record) and
+    the best T of all so far; :func:`thinned` to the records that tell something."""
+    parts = [(h.column("wall_time"), h.column("evaluations"), h.column("generation"),
+              h.column("best")) for h in histories]
+    t = np.concatenate([c[0] for c in parts]).astype(np.float64)
+    # each record's increments over its own search's previous one sum to the totals so far
+    ev = np.concatenate([np.diff(c[1], prepend=0) for c in parts]).astype(np.int64)
+    gen = np.concatenate([np.diff(c[2], prepend=0) for c in parts]).astype(np.int64)
+    best = np.concatenate([c[3] for c in parts]).astype(np.float64)
+    who = np.concatenate([np.full(len(c[0]), i) for i, c in enumerate(parts)])
+    pos = np.concatenate([np.arange(len(c[0])) for c in parts])
+    order = np.lexsort((pos, who, t))
+    out = thinned(np.cumsum(gen[order]), np.cumsum(ev[order]), t[order],
+                  np.minimum.accumulate(best[order]))
     for h in histories:
         out.extra.update(h.extra)
+    return out
+
+
+#: :func:`thinned` keeps the first record of every window of this many seconds.
+THIN_SECONDS = 0.05
+
+
+def thinned(gen: np.ndarray, ev: np.ndarray, t: np.ndarray, best: np.ndarray) -> History:
+    """A history of these columns (best: the best so far) with the records that tell
+    something: the first and the last, every one that improved the best T, and the first of
+    every :data:`THIN_SECONDS` window (so the evaluations over time stay drawn). A run's
+    searches make tens of thousands of generations a minute; building a record of each, after
+    the run, took most of a second."""
+    n = len(t)
+    keep = np.zeros(n, bool)
+    if n:
+        keep[0] = keep[-1] = True
+        keep[1:] |= best[1:] < best[:-1]
+        window = np.floor(t / THIN_SECONDS)
+        keep[1:] |= window[1:] != window[:-1]
+    out = History()
+    out.rows = [Record(g, e, w, b) for g, e, w, b in zip(
+        gen[keep].tolist(), ev[keep].tolist(), t[keep].tolist(), best[keep].tolist(),
+        strict=True)]
     return out
 
 
@@ -124,7 +152,8 @@ def run_side_by_side(make: Any, k: int, problem: Problem, mode: str, budget: Bud
     note = _note(done, budget, interrupted)  # before res (one of done) takes the totals
     each = {"search_times": [r.iteration_time for r in done],
             "search_evaluations": [r.evaluations for r in done],
-            "search_coarse": [bool(r.settings.get("coarse", False)) for r in done]}
+            "search_coarse": [bool(r.settings.get("coarse", False)) for r in done],
+            "search_coarse_times": [r.settings.get("coarse_time") for r in done]}
     res.evaluations = sum(each["search_evaluations"])
     res.history = merge_histories([r.history for r in done])
     res.settings = {**res.settings, "searches": k, "search_seeds": seeds, "best_search": i,

@@ -8,16 +8,16 @@ section 3, 1-thread time over 2-thread time): for the GPipe schedule's evaluator
 N = 1024; sim-s32-b256-s0); for the schedule family's evaluator, whose plans cost more each,
 1.24x at 16k already (sim-s8-b64-s0, N = 32) and 1.5-1.9x from 32k up (the pair descent's
 batches of one stage's moves, a few hundred plans, are there). ``auto`` therefore uses two
-threads (at most the machine's cores) for a call whose work ``N*S*B`` is at least
-:data:`AUTO_WORK` (the GPipe evaluator) or :data:`FAMILY_AUTO_WORK` (the family's), and one
-below.
+threads (at most the cores the process may use, :func:`usable_cores`) for a call whose work
+``N*S*B`` is at least :data:`AUTO_WORK` (the GPipe evaluator) or :data:`FAMILY_AUTO_WORK`
+(the family's), and one below.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from ..evaluation.clock import usable_cores
 from ..evaluation.family import FamilyEvaluator
 from .settings import auto_or
 
@@ -28,17 +28,8 @@ __all__ = ["AUTO_THREADS", "AUTO_WORK", "FAMILY_AUTO_WORK", "apply_threads", "pa
 AUTO_WORK = 100_000
 #: The same for the schedule family's evaluator.
 FAMILY_AUTO_WORK = 16_000
-#: Threads ``auto`` uses for a big call (at most the machine's cores).
+#: Threads ``auto`` uses for a big call (at most :func:`usable_cores`).
 AUTO_THREADS = 2
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, e.g. under ``taskset``; else the
-    machine's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def parse_threads(planner: str, value: Any) -> int | str:
@@ -56,6 +47,6 @@ def apply_threads(evaluator: Any, setting: int | str, S: int, B: int) -> None:
     if setting != "auto":
         evaluator.threads = int(setting)
         return
-    k = max(1, min(AUTO_THREADS, os.cpu_count() or 1))
+    k = max(1, min(AUTO_THREADS, usable_cores()))
     evaluator.threads = k
     evaluator.MIN_ROWS_PER_THREAD = max(1, -(-work // (k * S * B)))
