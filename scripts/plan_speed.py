@@ -25,7 +25,11 @@ Two steps (docs/SEARCH.md, "Stopping"):
 * ``at-evaluations``: labels whose runs made different numbers of evaluations (different
   machines, different cores): per problem and mode, each label's best T at the fewest
   evaluations any of the runs made (read from each run's history), as a gap to the best known,
-  and its run lengths in evaluations.
+  and its run lengths in evaluations;
+* ``searches``: runs of searches side by side (the default budget's, TiDGAP setting
+  ``searches``): per problem and mode, how often each search gave the plan, each search's
+  final gap, the coarse phase's gap of a coarse search (setting ``coarse``), and search 0's
+  evaluations against another label's runs of the same seeds (``--against``).
 
 Wall times are only meaningful on an otherwise idle machine (2 cores here); evaluations do not
 depend on the load.
@@ -180,6 +184,10 @@ def run(args: argparse.Namespace) -> int:
                 if "search_evaluations" in r.settings:  # searches side by side
                     row["search_T"] = r.settings["search_times"]
                     row["search_evaluations"] = r.settings["search_evaluations"]
+                    row["search_coarse"] = r.settings.get("search_coarse")
+                    row["search_coarse_T"] = r.settings.get("search_coarse_times")
+                elif r.settings.get("coarse"):  # one search, started coarse
+                    row["coarse_T"] = r.settings["coarse_time"]
                 if plans is not None:
                     path = plans / f"{name}__{mode}__{args.label}__{seed}.json"
                     r.plan.save(path)
@@ -399,6 +407,53 @@ def at_evaluations(args: argparse.Namespace) -> int:
     return 0
 
 
+def searches(args: argparse.Namespace) -> int:
+    """Per problem, mode and label, runs of searches side by side (rows with ``search_T``):
+    how often each search gave the plan, each search's final gap, the coarse phase's gap of
+    each coarse search, and with ``--against`` search 0's evaluations over those of that
+    label's run of the same seed."""
+    rows = [r for r in _read(args.files, args.label, args.seeds) if r.get("search_T")]
+    if not rows:
+        print("plan_speed.py searches: no runs of searches side by side (rows with search_T)"
+              + (f" labelled {' or '.join(map(repr, args.label))}" if args.label else ""),
+              file=sys.stderr)
+        return 2
+    against: dict[tuple[str, str, int], float] = {}
+    if args.against:
+        for r in _read(args.files, [args.against], args.seeds):
+            against[(r["problem"], r["mode"], r["seed"])] = float(r["evaluations"])
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["problem"], r["mode"], r["label"]), []).append(r)
+    print("| problem | mode | run | seeds | plan from search 0 / 1 / ... | final gap median / "
+          "worst per search | coarse phase gap median / worst | search 0 evaluations over "
+          f"{args.against or '-'}'s min / median / max |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (p, mode, label), rs, best in _with_best(groups):
+        k = max(len(r["search_T"]) for r in rs)
+        wins = [0] * k
+        for r in rs:
+            ts = r["search_T"]
+            wins[min(range(len(ts)), key=lambda i: (ts[i], i))] += 1
+        per = []
+        for i in range(k):
+            g = sorted(100 * (r["search_T"][i] / best - 1) for r in rs if len(r["search_T"]) > i)
+            per.append(f"{i}: {statistics.median(g):+.2f} % / {g[-1]:+.2f} %")
+        coarse = []
+        for i in range(k):
+            g = sorted(100 * (r["search_coarse_T"][i] / best - 1) for r in rs
+                       if (r.get("search_coarse_T") or [None] * k)[i] is not None)
+            if g:
+                coarse.append(f"{i}: {statistics.median(g):+.2f} % / {g[-1]:+.2f} %")
+        ratios = sorted(r["search_evaluations"][0] / against[(p, mode, r["seed"])]
+                        for r in rs if (p, mode, r["seed"]) in against)
+        ratio = (f"{ratios[0]:.2f} / {statistics.median(ratios):.2f} / {ratios[-1]:.2f}"
+                 if ratios else "-")
+        print(f"| {p} | {mode} | {label} | {len(rs)} | {' / '.join(map(str, wins))} | "
+              f"{'; '.join(per)} | {'; '.join(coarse) or '-'} | {ratio} |")
+    return 0
+
+
 def _mega(x: float) -> str:
     """Evaluations in millions, below that as :func:`_num` writes them."""
     return f"{x / 1e6:.1f}M" if x >= 1e6 else _num(x, "evals")
@@ -486,6 +541,13 @@ def main() -> int:
     a.add_argument("--label", action="append", required=True,
                    help="a run label (repeat the option for each; labels may hold commas)")
     a.set_defaults(func=at_evaluations)
+    c = _reader(sub, "searches", "runs of searches side by side: which search gave the "
+                "plan, each one's final gap, the coarse phase's, per problem and mode")
+    c.add_argument("--label", action="append", default=None,
+                   help="only this run label (repeat for more); default: every label")
+    c.add_argument("--against", default=None, help="a label run on the same seeds: search "
+                   "0's evaluations over its run's")
+    c.set_defaults(func=searches)
     args = ap.parse_args()
     try:
         return int(args.func(args))

@@ -189,3 +189,32 @@ def test_best_of_refuses_an_offset_below_one(script, capsys, monkeypatch, offset
     assert e.value.code == 2
     assert f"argument --offset: expected an integer >= 1, got '{offset}'" in \
         capsys.readouterr().err
+
+
+def test_searches_counts_the_search_that_gave_each_plan(script, tmp_path, capsys):
+    from umpipe_bench.bench.best_known import BestKnown
+
+    best = BestKnown().value("sim-s2-b8-s0", "stash", "capped")
+
+    def sbs(seed, times, coarse_T, evals):
+        row = _row("two", seed, min(times))
+        row.update(search_T=times, search_coarse_T=[None, coarse_T],
+                   search_evaluations=[evals, 50], search_coarse=[False, True])
+        return row
+
+    rows = [sbs(0, [best * 1.02, best], best * 1.03, 80),  # search 1 gave the plan
+            sbs(1, [best, best], best * 1.05, 50),  # a tie: the first search's
+            sbs(2, [best * 1.01, best * 1.04], best * 1.04, 200),
+            {**_row("one", 0, best), "evaluations": 100},
+            {**_row("one", 2, best), "evaluations": 100}, _row("one", 1, best)]
+    files = _write(tmp_path / "runs.jsonl", rows)
+    ns = argparse.Namespace(files=files, seeds=None, label=None, against="one")
+    assert script.searches(ns) == 0
+    [cells] = _cells(capsys.readouterr().out, "sim-s2-b8-s0")
+    assert cells[2:5] == ["two", "3", "2 / 1"]
+    assert cells[5] == "0: +1.00 % / +2.00 %; 1: +0.00 % / +4.00 %"
+    assert cells[6] == "1: +4.00 % / +5.00 %"
+    assert cells[7] == "0.50 / 0.80 / 2.00"  # search 0's evaluations over the one run's
+    assert script.searches(argparse.Namespace(files=files, seeds=None, label=["one"],
+                                              against=None)) == 2
+    assert "no runs of searches side by side" in capsys.readouterr().err
