@@ -153,3 +153,17 @@ def test_the_setting_given_reaches_every_search_side_by_side(monkeypatch):
         assert res.settings["search_coarse"] == each
         times = res.settings["search_coarse_times"]
         assert [t is not None for t in times] == each
+
+
+def test_a_memory_cap_no_halved_plan_fits_leaves_the_search_alone(monkeypatch):
+    """Under a cap that only one-sample microbatches meet, no plan of the halved problem fits
+    (its smallest microbatch is two samples): the search runs without a coarse plan."""
+    monkeypatch.setattr(tidgap, "SETTLE", QUICK)
+    p = synthetic_problem(2, 32, 1)
+    one = Plan(fwd=((1,) * 32,) * 2, bwd=((1,) * 32,) * 2, mode="stash", caps=(1, 1))
+    capped = p.with_memory_cap(float(max(simulate(p, one, "capped").peak_memory)) * 1.000001)
+    res = tidgap.TiDGAP(searches=1, coarse=True).plan(capped, mode="stash", seed=0)
+    assert res.settings["coarse"] is True and res.settings["coarse_time"] is None
+    tl = simulate(capped, res.plan, res.schedule)
+    assert tl.fits_memory is not False and tl.iteration_time == res.iteration_time
+    assert res.iteration_time <= simulate(capped, one, "capped").iteration_time

@@ -98,6 +98,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import MemoryCapError
 from ...plan import Plan
 from ...problem import Problem
 from ..evaluation.evaluator import BACKENDS
@@ -294,7 +295,13 @@ class TiDGAP(SearchPlanner):
         """The coarse search (:func:`..search.coarse.run_coarse`), then this problem's search
         with its plan as one more seed plan."""
         plain = {**self.settings, "searches": 1, "coarse": False}
-        first = run_coarse(lambda: type(self)(**plain), problem, mode, budget, seed)
+        try:
+            first = run_coarse(lambda: type(self)(**plain), problem, mode, budget, seed)
+        except MemoryCapError:  # no plan of the halved problem fits: the search alone
+            res = super()._plan(problem, mode=mode, budget=budget, seed=seed,
+                                progress=progress)
+            res.settings.update(searches=1, coarse=True, coarse_time=None)
+            return res
         if first.interrupted is not None:  # a signal in the coarse search: its plan
             from ...simulator import simulate
 
