@@ -114,7 +114,7 @@ from ..search.ga import (
     ga_population,
 )
 from ..search.history import History
-from ..search.loop import SearchAlgorithm, SearchPlanner, never_worse_than_edp
+from ..search.loop import SearchAlgorithm, SearchPlanner, family_plan
 from ..search.restarts import RestartEngine
 from ..search.settings import Setting
 from ..search.settle import SettlingRestarts
@@ -303,13 +303,8 @@ class TiDGAP(SearchPlanner):
             res.settings.update(searches=1, coarse=True, coarse_time=None)
             return res
         if first.interrupted is not None:  # a signal in the coarse search: its plan
-            from ...simulator import simulate
-
-            schedule = "gpipe" if first.plan.caps is None else "capped"
-            tl = simulate(problem, first.plan, schedule)
-            T = np.inf if tl.fits_memory is False else tl.iteration_time
-            first.plan, first.schedule, first.iteration_time = never_worse_than_edp(
-                problem, mode, first.plan, schedule, T)
+            first.plan, first.schedule, first.iteration_time = family_plan(problem, mode,
+                                                                           first.plan)
             first.settings = {**first.settings, "searches": 1, "coarse": True}
             return first
         self._start = first.plan

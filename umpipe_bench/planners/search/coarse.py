@@ -10,7 +10,7 @@ from it, the search of the original problem refines the coarse plan's basin inst
 finding a basin first.
 
 Known by construction (``tests/test_coarse.py``): for even ``B``, any plan of the halved
-problem and its doubled plan have the same T, peak memory aside.
+problem and its doubled plan have the same T and the same peak memory.
 """
 
 from __future__ import annotations

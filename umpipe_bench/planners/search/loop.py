@@ -392,14 +392,11 @@ class SearchPlanner(Planner):
         """``(plan, schedule, T)`` of the best genome: the family's plan under its own
         schedule, never worse than the best EDP (:func:`never_worse_than_edp`), or the GPipe
         recurrence's plan."""
-        from ...simulator import gpipe_recurrence, simulate
-
         plan = objective.decode(genomes, 0)
         if isinstance(objective, FamilyObjective):
-            schedule = "gpipe" if plan.caps is None else "capped"
-            tl = simulate(problem, plan, schedule)
-            T = np.inf if tl.fits_memory is False else tl.iteration_time
-            return never_worse_than_edp(problem, mode, plan, schedule, T)
+            return family_plan(problem, mode, plan)
+        from ...simulator import gpipe_recurrence
+
         return plan, "gpipe", gpipe_recurrence(problem, plan)
 
     def _plan(self, problem: Problem, *, mode: str, budget: Budget, seed: int | None,
@@ -453,6 +450,18 @@ def _stop_note(loop: SearchLoop, clock: RunClock, algo: Any = None) -> str | Non
                 f"round{'' if rounds == 1 else 's'}, before its stop rule held; the plan is the "
                 "best found so far (--budget evals:N or secs:X searches longer)")
     return None
+
+
+def family_plan(problem: Problem, mode: str, plan: Plan) -> tuple[Plan, str, float]:
+    """``(plan, schedule, T)`` of a schedule-family plan: simulated under its own schedule
+    (capped, or GPipe without caps; ``T = inf`` when it does not fit), never worse than the
+    best EDP (:func:`never_worse_than_edp`)."""
+    from ...simulator import simulate
+
+    schedule = "gpipe" if plan.caps is None else "capped"
+    tl = simulate(problem, plan, schedule)
+    T = np.inf if tl.fits_memory is False else tl.iteration_time
+    return never_worse_than_edp(problem, mode, plan, schedule, T)
 
 
 def never_worse_than_edp(problem: Problem, mode: str, plan: Plan | None, schedule: str,
