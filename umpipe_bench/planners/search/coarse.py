@@ -104,15 +104,15 @@ def coarse_result(coarse: PlanResult, fine: PlanResult) -> PlanResult:
     """``fine`` (the search started from ``coarse``'s plan) with the coarse search's
     evaluations and history before its own, and what the coarse search did in its
     settings (``coarse_time``, ``coarse_evaluations``, ``coarse_seconds``)."""
+    from .history import History
     from .side_by_side import thinned
 
     done = coarse.evaluations
-    one, two = list(coarse.history or ()), list(fine.history or ())
-    g0 = one[-1].generation if one else 0
+    one, two = coarse.history or History(), fine.history or History()
+    g0 = one[-1].generation if len(one) else 0
 
     def col(name: str, shift: float = 0) -> np.ndarray:
-        return np.array([getattr(r, name) for r in one]
-                        + [getattr(r, name) + shift for r in two])
+        return np.concatenate([one.column(name), two.column(name) + shift])
 
     hist = thinned(col("generation", g0), col("evaluations", done), col("wall_time"),
                    np.minimum.accumulate(col("best").astype(np.float64)))

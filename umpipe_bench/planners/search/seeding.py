@@ -147,24 +147,13 @@ def add_family_seeds(problem: Problem, mode: str, seeds: Seeds,
 
     S, B = problem.S, problem.B
     extra = family_seeds(problem, mode)
-    n = len(seeds.labels)
-    caps = np.full((n + len(extra), S), B, np.int64)
-    fb, bb, times = list(seeds.fbits), list(seeds.bbits), list(seeds.times)
-    labels = list(seeds.labels)
-    if extra:
-        ef = np.stack([edp_bits(S, B, M) for _, M, _ in extra])
-        ek = np.stack([k for _, _, k in extra])
-        et = evaluate(Genomes(ef, ef, ek))
-        for i, (label, _, k) in enumerate(extra):
-            fb.append(ef[i])
-            bb.append(ef[i])
-            times.append(float(et[i]))
-            labels.append(label)
-            caps[n + i] = k
-    order = np.argsort(np.array(times), kind="stable")
-    return Seeds(fbits=np.stack(fb)[order], bbits=np.stack(bb)[order],
-                 times=np.array(times)[order], labels=[labels[i] for i in order],
-                 evaluations=seeds.evaluations + len(extra), caps=caps[order])
+    if not extra:
+        return _joined(problem, seeds, seeds.fbits[:0], seeds.bbits[:0],
+                       np.zeros((0, S), np.int64), np.zeros(0), [])
+    ef = np.stack([edp_bits(S, B, M) for _, M, _ in extra])
+    ek = np.stack([k for _, _, k in extra]).astype(np.int64)
+    et = np.asarray(evaluate(Genomes(ef, ef, ek)), dtype=np.float64)
+    return _joined(problem, seeds, ef, ef, ek, et, [label for label, _, _ in extra])
 
 
 def add_start_seed(problem: Problem, seeds: Seeds, plan: Any, label: str,
@@ -178,13 +167,21 @@ def add_start_seed(problem: Problem, seeds: Seeds, plan: Any, label: str,
     fb, bb = plan_to_bits(plan)
     caps = np.full((1, S), B, np.int64) if plan.caps is None else np.array([plan.caps],
                                                                           np.int64)
-    t = float(evaluate(Genomes(fb[None], bb[None], caps))[0])
-    times = np.append(seeds.times, t)
-    order = np.argsort(times, kind="stable")
-    base = (np.full((len(seeds.labels), S), B, np.int64) if seeds.caps is None
+    t = np.asarray(evaluate(Genomes(fb[None], bb[None], caps)), dtype=np.float64)
+    return _joined(problem, seeds, fb[None], bb[None], caps, t, [label])
+
+
+def _joined(problem: Problem, seeds: Seeds, fbits: np.ndarray, bbits: np.ndarray,
+            caps: np.ndarray, times: np.ndarray, labels: list[str]) -> Seeds:
+    """``seeds`` and the evaluated plans given (one row each, ``len(labels)`` evaluations
+    more), all sorted best first (a stable sort: of equal T, the earlier); seeds without caps
+    run uncapped (caps of ``B``)."""
+    base = (np.full((len(seeds.labels), problem.S), problem.B, np.int64) if seeds.caps is None
             else seeds.caps)
-    return Seeds(fbits=np.concatenate([seeds.fbits, fb[None]])[order],
-                 bbits=np.concatenate([seeds.bbits, bb[None]])[order], times=times[order],
-                 labels=[[*seeds.labels, label][i] for i in order],
-                 evaluations=seeds.evaluations + 1,
+    t = np.concatenate([np.asarray(seeds.times, dtype=np.float64), times])
+    order = np.argsort(t, kind="stable")
+    return Seeds(fbits=np.concatenate([seeds.fbits, fbits])[order],
+                 bbits=np.concatenate([seeds.bbits, bbits])[order], times=t[order],
+                 labels=[[*seeds.labels, *labels][i] for i in order],
+                 evaluations=seeds.evaluations + len(labels),
                  caps=np.concatenate([base, caps])[order])

@@ -149,12 +149,12 @@ def run_side_by_side(make: Any, k: int, problem: Problem, mode: str, budget: Bud
     assert len(done) == k
     i = min(range(k), key=lambda j: (done[j].iteration_time, j))
     res = done[i]
-    note = _note(done, budget, interrupted)  # before res (one of done) takes the totals
     each = {"search_times": [r.iteration_time for r in done],
             "search_evaluations": [r.evaluations for r in done],
             "search_coarse": [bool(r.settings.get("coarse", False)) for r in done],
             "search_coarse_times": [r.settings.get("coarse_time") for r in done]}
     res.evaluations = sum(each["search_evaluations"])
+    note = _note(done, res.evaluations, budget, interrupted)
     res.history = merge_histories([r.history for r in done])
     res.settings = {**res.settings, "searches": k, "search_seeds": seeds, "best_search": i,
                     **each}
@@ -164,16 +164,19 @@ def run_side_by_side(make: Any, k: int, problem: Problem, mode: str, budget: Bud
 
 def _wait(ended: list[threading.Event], clocks: list[RunClock], parent: RunClock) -> None:
     """Wait for every search to end, moving the run's progress bar meanwhile."""
+    def tick() -> None:
+        parent.tick(sum(c.evaluations for c in clocks), min(c.best for c in clocks))
+
     for e in ended:
         while not e.wait(parent.PROGRESS_EVERY):
-            parent.tick(sum(c.evaluations for c in clocks), min(c.best for c in clocks))
-    parent.tick(sum(c.evaluations for c in clocks), min(c.best for c in clocks))
+            tick()
+    tick()
 
 
-def _note(done: list[PlanResult], budget: Budget, interrupted: KeyboardInterrupt | None
-          ) -> str | None:
+def _note(done: list[PlanResult], total: int, budget: Budget,
+          interrupted: KeyboardInterrupt | None) -> str | None:
     """One line when a signal or the default budget's cap ended a search (None: every search
-    ended as its budget says)."""
+    ended as its budget says); ``total``: the searches' evaluations."""
     if interrupted is not None:
         why = str(interrupted) or "interrupted"
         return f"{why} during the search; the plan is the best found so far"
@@ -182,7 +185,6 @@ def _note(done: list[PlanResult], budget: Budget, interrupted: KeyboardInterrupt
         return None
     if not budget.settle or budget.seconds is None:
         return cut[0].stopped
-    total = sum(r.evaluations for r in done)
     rounds = "+".join(str(r.history.extra.get("rounds", "?")) for r in done)
     return (f"the default budget's {budget.seconds:g} s cap ended the search after "
             f"{total:,} evaluations ({len(done)} searches side by side, {rounds} whole "
