@@ -133,7 +133,7 @@ def test_a_signal_stops_every_search_and_leaves_no_thread(monkeypatch, python_si
 def test_a_merged_history_keeps_the_first_last_improving_and_one_per_window():
     import numpy as np
 
-    from umpipe_bench.planners.search.side_by_side import THIN_SECONDS, thinned
+    from umpipe_bench.planners.search.history import THIN_SECONDS, thinned
 
     t = np.array([0.0, 0.01, 0.02, 0.03, THIN_SECONDS + 0.001, THIN_SECONDS + 0.002, 0.2])
     best = np.array([5.0, 5.0, 4.0, 4.0, 4.0, 4.0, 4.0])

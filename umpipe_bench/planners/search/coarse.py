@@ -104,8 +104,7 @@ def coarse_result(coarse: PlanResult, fine: PlanResult) -> PlanResult:
     """``fine`` (the search started from ``coarse``'s plan) with the coarse search's
     evaluations and history before its own, and what the coarse search did in its
     settings (``coarse_time``, ``coarse_evaluations``, ``coarse_seconds``)."""
-    from .history import History
-    from .side_by_side import thinned
+    from .history import History, thinned
 
     done = coarse.evaluations
     one, two = coarse.history or History(), fine.history or History()

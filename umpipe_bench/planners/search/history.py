@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HISTORY_FIELDS", "History", "Record"]
+__all__ = ["HISTORY_FIELDS", "THIN_SECONDS", "History", "Record", "thinned"]
 
 #: The columns of every history record, in order.
 HISTORY_FIELDS = ("generation", "evaluations", "wall_time", "best")
@@ -93,3 +93,27 @@ class History:
         if rows:
             h.extra["records"] = rows
         return h
+
+
+#: :func:`thinned` keeps the first record of every window of this many seconds.
+THIN_SECONDS = 0.05
+
+
+def thinned(gen: np.ndarray, ev: np.ndarray, t: np.ndarray, best: np.ndarray) -> History:
+    """A history of these columns (best: the best so far) with the records that tell
+    something: the first and the last, every one that improved the best T, and the first of
+    every :data:`THIN_SECONDS` window (so the evaluations over time stay drawn). A run's
+    searches make tens of thousands of generations a minute; building a record of each, after
+    the run, took most of a second."""
+    n = len(t)
+    keep = np.zeros(n, bool)
+    if n:
+        keep[0] = keep[-1] = True
+        keep[1:] |= best[1:] < best[:-1]
+        window = np.floor(t / THIN_SECONDS)
+        keep[1:] |= window[1:] != window[:-1]
+    out = History()
+    out.rows = [Record(g, e, w, b) for g, e, w, b in zip(
+        gen[keep].tolist(), ev[keep].tolist(), t[keep].tolist(), best[keep].tolist(),
+        strict=True)]
+    return out

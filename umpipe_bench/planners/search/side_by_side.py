@@ -24,13 +24,13 @@ import numpy as np
 
 from ..evaluation.clock import RunClock, running
 from ..evaluation.clock import current as current_clock
-from .history import History, Record
+from .history import History, thinned
 
 if TYPE_CHECKING:
     from ...problem import Problem
     from .base import Budget, PlanResult
 
-__all__ = ["THIN_SECONDS", "merge_histories", "run_side_by_side", "search_seeds", "thinned"]
+__all__ = ["merge_histories", "run_side_by_side", "search_seeds"]
 
 
 def search_seeds(seed: int | None, k: int) -> list[int | None]:
@@ -60,30 +60,6 @@ def merge_histories(histories: list[History]) -> History:
                   np.minimum.accumulate(best[order]))
     for h in histories:
         out.extra.update(h.extra)
-    return out
-
-
-#: :func:`thinned` keeps the first record of every window of this many seconds.
-THIN_SECONDS = 0.05
-
-
-def thinned(gen: np.ndarray, ev: np.ndarray, t: np.ndarray, best: np.ndarray) -> History:
-    """A history of these columns (best: the best so far) with the records that tell
-    something: the first and the last, every one that improved the best T, and the first of
-    every :data:`THIN_SECONDS` window (so the evaluations over time stay drawn). A run's
-    searches make tens of thousands of generations a minute; building a record of each, after
-    the run, took most of a second."""
-    n = len(t)
-    keep = np.zeros(n, bool)
-    if n:
-        keep[0] = keep[-1] = True
-        keep[1:] |= best[1:] < best[:-1]
-        window = np.floor(t / THIN_SECONDS)
-        keep[1:] |= window[1:] != window[:-1]
-    out = History()
-    out.rows = [Record(g, e, w, b) for g, e, w, b in zip(
-        gen[keep].tolist(), ev[keep].tolist(), t[keep].tolist(), best[keep].tolist(),
-        strict=True)]
     return out
 
 
