@@ -442,7 +442,7 @@ def searches(args: argparse.Namespace) -> int:
         coarse = []
         for i in range(k):
             g = sorted(100 * (r["search_coarse_T"][i] / best - 1) for r in rs
-                       if (r.get("search_coarse_T") or [None] * k)[i] is not None)
+                       if _nth(r.get("search_coarse_T"), i) is not None)
             if g:
                 coarse.append(f"{i}: {statistics.median(g):+.2f} % / {g[-1]:+.2f} %")
         ratios = sorted(r["search_evaluations"][0] / against[(p, mode, r["seed"])]
@@ -452,6 +452,11 @@ def searches(args: argparse.Namespace) -> int:
         print(f"| {p} | {mode} | {label} | {len(rs)} | {' / '.join(map(str, wins))} | "
               f"{'; '.join(per)} | {'; '.join(coarse) or '-'} | {ratio} |")
     return 0
+
+
+def _nth(values: list[Any] | None, i: int) -> Any:
+    """``values[i]``, None where the row has no such entry (fewer searches, no coarse field)."""
+    return values[i] if values is not None and i < len(values) else None
 
 
 def _mega(x: float) -> str:

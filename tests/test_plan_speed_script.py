@@ -218,3 +218,22 @@ def test_searches_counts_the_search_that_gave_each_plan(script, tmp_path, capsys
     assert script.searches(argparse.Namespace(files=files, seeds=None, label=["one"],
                                               against=None)) == 2
     assert "no runs of searches side by side" in capsys.readouterr().err
+
+
+def test_searches_takes_runs_of_two_and_three_searches_in_one_group(script, tmp_path, capsys):
+    from umpipe_bench.bench.best_known import BestKnown
+
+    best = BestKnown().value("sim-s2-b8-s0", "stash", "capped")
+    two = {**_row("mix", 0, best), "search_T": [best, best * 1.02],
+           "search_coarse_T": [None, best * 1.03], "search_evaluations": [10, 10]}
+    three = {**_row("mix", 1, best * 1.01), "search_T": [best * 1.03, best * 1.02, best * 1.01],
+             "search_coarse_T": [None, best * 1.05, best * 1.06],
+             "search_evaluations": [10, 10, 10]}
+    files = _write(tmp_path / "runs.jsonl", [two, three])
+    assert script.searches(argparse.Namespace(files=files, seeds=None, label=None,
+                                              against=None)) == 0
+    [cells] = _cells(capsys.readouterr().out, "sim-s2-b8-s0")
+    assert cells[4] == "1 / 0 / 1"
+    assert cells[5] == ("0: +1.50 % / +3.00 %; 1: +2.00 % / +2.00 %; "
+                        "2: +1.00 % / +1.00 %")
+    assert cells[6] == "1: +4.00 % / +5.00 %; 2: +6.00 % / +6.00 %"

@@ -40,11 +40,12 @@ def test_merged_history_counts_every_search_and_keeps_the_best_so_far():
     a.append(1, 300, 2.0, 2.0)
     b.append(0, 50, 1.0, 2.5)
     b.append(2, 400, 3.0, 1.5)
+    a.extra["rounds"] = 3
     b.extra["rounds"] = 4
     m = merge_histories([a, b])
     assert [(r.generation, r.evaluations, r.wall_time, r.best) for r in m] == [
         (0, 100, 0.5, 3.0), (0, 150, 1.0, 2.5), (1, 350, 2.0, 2.0), (3, 700, 3.0, 1.5)]
-    assert m.extra == {"rounds": 4}
+    assert m.extra == {"searches": [{"rounds": 3}, {"rounds": 4}]}
 
 
 def test_two_searches_give_the_faster_of_the_two_one_search_runs(monkeypatch):

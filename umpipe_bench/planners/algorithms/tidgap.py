@@ -101,6 +101,7 @@ import numpy as np
 from ...errors import MemoryCapError
 from ...plan import Plan
 from ...problem import Problem
+from ..evaluation.cores import usable_cores
 from ..evaluation.evaluator import BACKENDS
 from ..evaluation.objective import CutBitsObjective, FamilyObjective, Genomes, Objective
 from ..search.base import Budget, PlannerError, PlanResult
@@ -119,7 +120,7 @@ from ..search.restarts import RestartEngine
 from ..search.settings import Setting
 from ..search.settle import SettlingRestarts
 from ..search.side_by_side import run_side_by_side
-from ..search.threads import apply_threads, usable_cores
+from ..search.threads import apply_threads
 from ._tidgap_engine import TiDGAPEngine
 from ._tidgap_islands import IslandEngine
 from ._tidgap_settings import (

@@ -36,7 +36,6 @@ give the same plans as ever.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -54,15 +53,6 @@ __all__ = ["CHUNK_WORK", "LibraryCalls", "RunClock", "TimeUp", "chunk_rows", "cu
 #: S = 128, B = 2048 (up to 48 ms, about 185 ns a unit; an EDP row 2-14 ms): a call stays
 #: under 0.1 s, one row per thread there (results/perf/budgets-signals.md).
 CHUNK_WORK = 500_000
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, e.g. under ``taskset``; else the
-    machine's count): what every ``auto`` thread count is bounded by."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def chunk_rows(S: int, B: int, threads: int = 1) -> int:

@@ -30,7 +30,8 @@ import numpy as np
 from ...memory import MemoryCapError, format_bytes
 from ...plan import MODES
 from ...problem import Problem
-from .clock import chunk_rows, current, usable_cores
+from .clock import chunk_rows, current
+from .cores import usable_cores
 from .family import FamilyEvaluator
 
 __all__ = ["EdpBaseline", "EdpReference", "EdpScan", "best_edp", "clear_cache", "edp_points",

@@ -45,7 +45,9 @@ def search_seeds(seed: int | None, k: int) -> list[int | None]:
 def merge_histories(histories: list[History]) -> History:
     """One history of searches that ran at the same time: at each record of any of them (in
     time order, ties by search), the evaluations of all so far (each one's last record) and
-    the best T of all so far; :func:`thinned` to the records that tell something."""
+    the best T of all so far; :func:`thinned` to the records that tell something. Each
+    search's own ``extra`` (e.g. its restart ``rounds``) stays its own, in ``extra["searches"]``
+    in search order."""
     parts = [(h.column("wall_time"), h.column("evaluations"), h.column("generation"),
               h.column("best")) for h in histories]
     t = np.concatenate([c[0] for c in parts]).astype(np.float64)
@@ -58,8 +60,7 @@ def merge_histories(histories: list[History]) -> History:
     order = np.lexsort((pos, who, t))
     out = thinned(np.cumsum(gen[order]), np.cumsum(ev[order]), t[order],
                   np.minimum.accumulate(best[order]))
-    for h in histories:
-        out.extra.update(h.extra)
+    out.extra["searches"] = [dict(h.extra) for h in histories]
     return out
 
 

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..evaluation.clock import usable_cores
+from ..evaluation.cores import usable_cores
 from ..evaluation.family import FamilyEvaluator
 from .settings import auto_or
 
-__all__ = ["AUTO_THREADS", "AUTO_WORK", "FAMILY_AUTO_WORK", "apply_threads", "parse_threads",
-           "usable_cores"]
+__all__ = ["AUTO_THREADS", "AUTO_WORK", "FAMILY_AUTO_WORK", "apply_threads", "parse_threads"]
 
 #: Work ``N*S*B`` of one GPipe-evaluator call from which ``auto`` splits it over threads.
 AUTO_WORK = 100_000
