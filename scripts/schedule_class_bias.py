@@ -15,7 +15,11 @@ over the picks (what is left of a schedule's miss once the sitting's overall sca
 out); then, per sitting, Spearman of the picks' predicted and measured times as predicted and
 with each schedule's mean residual over the *other* sittings taken out (leave one sitting out:
 no sitting's correction comes from its own launches), and the measurement's own agreement: each
-launch's pick times against the median of the other launches'.
+launch's pick times against the median of the other launches'. Then, over all the sittings
+given, per workload: in how many the picks rank at 0.8 or more, and the workload's pooled rank
+correlation: each schedule's median over the sittings of its pick's predicted (and measured)
+time over the sitting's median pick, ranked, with an interval from resampling the sittings
+(:func:`pooled`, :func:`pooled_bootstrap`).
 
 ``--probes``: for sittings whose calibration ran the schedule probes (``--probes`` of
 ``scripts/torch_schedules_sitting.sh``), the calibration refitted with and without the probes'
@@ -41,6 +45,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from torch_schedule_ops import _label  # noqa: E402  (the entry label the launches use)
 
+#: Resamples of the sittings for the pooled rank correlation's interval.
+BOOTSTRAP = 2000
+
 WORKLOADS = ("gpt1-mini-b16-l14", "gpt1-mini-b16-seq64-l14", "vgg16-mini-b16-l16",
              "vgg16-mini-b16-px64-l16")
 
@@ -62,6 +69,39 @@ def _sitting(folder: Path, w: str) -> tuple[list[str], np.ndarray, np.ndarray, n
     T = np.array(predict_rows(str(folder / f"{w}.runtime.json"), picks, 0.0))
     per = np.array([[x[lab] for lab in labels] for x in launches])
     return [e["schedule"] for e in picks], T, meas, per
+
+
+def pooled(data: dict[str, tuple]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Over the sittings of one workload (``data``: sitting -> :func:`_sitting`'s tuple): per
+    schedule, the median over the sittings of its pick's log time less the sitting's median
+    log time over the picks, predicted and measured (each sitting's overall scale taken out;
+    the picks' M and partition may differ between sittings)."""
+    pred: dict[str, list[float]] = {}
+    meas: dict[str, list[float]] = {}
+    for sched, T, m, _ in data.values():
+        lt, lm = np.log(np.asarray(T, float)), np.log(np.asarray(m, float))
+        for k, a, b in zip(sched, lt - np.median(lt), lm - np.median(lm)):
+            pred.setdefault(k, []).append(float(a))
+            meas.setdefault(k, []).append(float(b))
+    names = sorted(pred)
+    return (names, np.array([np.median(pred[k]) for k in names]),
+            np.array([np.median(meas[k]) for k in names]))
+
+
+def pooled_bootstrap(data: dict[str, tuple], n: int = BOOTSTRAP,
+                     seed: int = 0) -> np.ndarray:
+    """The Spearman of :func:`pooled` over ``n`` resamples of the sittings (with replacement,
+    as many as there are; ``numpy.random.default_rng(seed)``)."""
+    from umpipe_bench.runtime.stats import spearman
+
+    keys = list(data)
+    rng = np.random.default_rng(seed)
+    out = np.empty(n)
+    for i in range(n):
+        pick = rng.integers(0, len(keys), len(keys))
+        _, p, m = pooled({j: data[keys[k]] for j, k in enumerate(pick)})
+        out[i] = spearman(list(p), list(m))
+    return out
 
 
 def _probes_ab(folder: Path, w: str) -> str | None:
@@ -162,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
                 if line:
                     print(f"- {f.name} {line}")
         return 0
+    print("# torch's schedules: the runtime-calibrated model's picks, sitting by sitting\n\n"
+          f"`python scripts/schedule_class_bias.py` over {len(folders)} sittings: "
+          + ", ".join(names) + ".\n")
     for w in a.workloads.split(","):
         data = {f.name: _sitting(f, w) for f in folders}
         data = {k: v for k, v in data.items() if v is not None}
@@ -196,6 +239,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"{spearman(list(Tc), list(meas)):.3f}; launches "
                   + ", ".join(f"{x:.2f}" for x in own)
                   + f"; spread {100 * (meas.max() / meas.min() - 1):.1f} %")
+        if len(data) > 1:
+            rho = [spearman(list(T), list(meas)) for _, T, meas, _ in data.values()]
+            _, p, m = pooled(data)
+            boot = pooled_bootstrap(data)
+            lo, hi = np.percentile(boot, [2.5, 97.5])
+            print(f"\nOver the {len(data)} sittings: the picks rank at 0.8 or more in "
+                  f"{sum(r >= 0.8 for r in rho)} (median {np.median(rho):.3f}); each "
+                  "schedule's median over the sittings of its pick's time over the sitting's "
+                  f"median pick ranks at {spearman(list(p), list(m)):.3f} (resampling the "
+                  f"sittings, {BOOTSTRAP} times: {lo:.3f} to {hi:.3f}, 2.5th to 97.5th "
+                  f"percentile; 0.8 or more in {100 * np.mean(boot >= 0.8):.0f} %)")
         print()
     return 0
 

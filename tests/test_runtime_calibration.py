@@ -395,3 +395,33 @@ def test_schedule_class_bias_refuses_a_missing_sitting_in_one_line(tmp_path, cap
     assert scb.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip()
     assert "SITTING_DIR" in err and "\n" not in err
+
+
+def test_pooled_ranks_each_schedules_median_over_the_sittings():
+    from umpipe_bench.runtime.stats import spearman
+
+    scb = _script("schedule_class_bias")
+    T = np.array([1.0, 1.1, 1.2, 1.3])
+    order = ["a", "b", "c", "d"]
+    data = {"s1": (order, T, 2.0 * np.array([1.0, 1.1, 1.2, 1.3]), None),
+            "s2": (order, 1.5 * T, 3.0 * np.array([1.1, 1.0, 1.2, 1.3]), None),  # a, b swapped
+            "s3": (order, T, np.array([1.0, 1.1, 1.3, 1.2]), None)}  # c, d swapped
+    assert [spearman(list(t), list(m)) for _, t, m, _ in data.values()] == \
+        pytest.approx([1.0, 0.8, 0.8])
+    names, p, m = scb.pooled(data)
+    assert names == order
+    centre = (np.log(1.1) + np.log(1.2)) / 2  # every sitting's median pick, scale taken out
+    np.testing.assert_allclose(p, np.log(T) - centre, atol=1e-12)
+    np.testing.assert_allclose(m, np.log([1.0, 1.1, 1.2, 1.3]) - centre, atol=1e-12)
+    # a schedule's pick may be missing from a sitting: its median is over the others
+    names, p, m = scb.pooled({**data, "s4": (["a", "b"], T[:2], T[:2], None)})
+    assert names == order and m[3] == pytest.approx(np.log(1.3) - centre)
+
+    boot = scb.pooled_bootstrap(data, n=40, seed=1)
+    assert np.array_equal(boot, scb.pooled_bootstrap(data, n=40, seed=1))
+    pick = np.random.default_rng(1).integers(0, 3, 3)
+    keys = list(data)
+    _, p0, m0 = scb.pooled({j: data[keys[k]] for j, k in enumerate(pick)})
+    assert boot[0] == pytest.approx(spearman(list(p0), list(m0)))
+    same = scb.pooled_bootstrap({k: data["s2"] for k in ("x", "y", "z")}, n=10)
+    assert same == pytest.approx([0.8] * 10)
