@@ -437,7 +437,8 @@ def searches(args: argparse.Namespace) -> int:
             wins[min(range(len(ts)), key=lambda i: (ts[i], i))] += 1
         per = []
         for i in range(k):
-            g = sorted(100 * (r["search_T"][i] / best - 1) for r in rs if len(r["search_T"]) > i)
+            g = sorted(100 * (r["search_T"][i] / best - 1) for r in rs
+                       if _nth(r["search_T"], i) is not None)
             per.append(f"{i}: {statistics.median(g):+.2f} % / {g[-1]:+.2f} %")
         coarse = []
         for i in range(k):

@@ -227,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\nSpearman of the picks, as predicted -> with the other sittings' mean residual "
               "per schedule; the measurement's own: each launch against the median of the "
               "others; the picks' spread (slowest over fastest, measured):\n")
+        rho = []
         for s, (sched, T, meas, per) in data.items():
+            rho.append(spearman(list(T), list(meas)))
             corr = []
             for k in sched:
                 other = [v for n, v in resid[k].items() if n != s]
@@ -235,12 +237,11 @@ def main(argv: list[str] | None = None) -> int:
             Tc = T * np.exp(np.array(corr))
             own = [spearman(list(per[i]), list(np.median(np.delete(per, i, 0), axis=0)))
                    for i in range(len(per))] if len(per) > 1 else []
-            print(f"- {s}: {spearman(list(T), list(meas)):.3f} -> "
+            print(f"- {s}: {rho[-1]:.3f} -> "
                   f"{spearman(list(Tc), list(meas)):.3f}; launches "
                   + ", ".join(f"{x:.2f}" for x in own)
                   + f"; spread {100 * (meas.max() / meas.min() - 1):.1f} %")
         if len(data) > 1:
-            rho = [spearman(list(T), list(meas)) for _, T, meas, _ in data.values()]
             _, p, m = pooled(data)
             boot = pooled_bootstrap(data)
             lo, hi = np.percentile(boot, [2.5, 97.5])
